@@ -1,0 +1,114 @@
+"""Contract of the ``sac`` family (seed 000, SAC V2). Shapes: B batch, A actions (the vocabulary Σ).
+
+Probabilities are what :meth:`SacOps.masked_softmax` returns (ε-clipped, so illegal entries hold ε);
+masks are bool tensors, True = legal. Hyper-parameters are keyword-only. Bad input raises an
+exception whose message names the clause (``SAC-INPUT-*``).
+"""
+from __future__ import annotations
+
+from typing import Collection, Protocol
+
+from torch import Tensor
+
+
+class SacOps(Protocol):
+    def masked_softmax(self, logits: Tensor, legal_mask: Tensor, *, eps: float = 1e-8) -> Tensor:
+        """[B,A] float logits, [B,A] bool mask -> [B,A] probabilities: shift by the row max, fill
+        illegal logits with -1e9 (the dtype's most negative finite value where -1e9 does not fit),
+        softmax, clamp to >= eps. NaN/inf logits or a row with no legal action raise."""
+
+    def legal_set(self, compliance: Tensor, *, eos_index: int, fallback: Tensor, min_legal: int = 3) -> Tensor:
+        """[B,V] bool compliance -> [B,V] bool legal set: compliance ∪ {eos}; a row with fewer than
+        ``min_legal`` legal actions becomes ``fallback`` ([V] or [B,V] bool whitelist) ∪ {eos}."""
+
+    def target_entropy(self, legal_mask: Tensor, *, kappa: float = 0.9) -> Tensor:
+        """[B,A] bool -> [B] float: κ·log|A(s)| in nats."""
+
+    def entropy(self, probs: Tensor, legal_mask: Tensor) -> Tensor:
+        """[B,A] probs, [B,A] bool -> [B]: −Σ over legal actions of π log π."""
+
+    def soft_value(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float) -> Tensor:
+        """[B,A] each -> [B]: Σ_{legal} π (min(q1,q2) − α log π)."""
+
+    def top_p_select(self, probs: Tensor, legal_mask: Tensor, *, p: float) -> Tensor:
+        """[B,A] probs, [B,A] bool -> [B,A] bool, detached: the smallest legal set whose mass reaches
+        p (never empty). p outside (0, 1] raises."""
+
+    def top_p_probs(self, probs: Tensor, selected: Tensor) -> Tensor:
+        """[B,A] probs, [B,A] bool -> [B,A]: π restricted to the selection and renormalised."""
+
+    def top_p_soft_value(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float, p: float) -> Tensor:
+        """[B,A] each -> [B]: Σ_{P} π_p (min(q1,q2) − α log π_p) over the Top-p set P."""
+
+    def td_target(self, reward: Tensor, done: Tensor, next_value: Tensor, *, gamma: float) -> Tensor:
+        """[B] each (done bool or 0/1 float) -> [B]: r + γ(1−done)V. γ outside (0,1) raises."""
+
+    def critic_loss(self, q1_taken: Tensor, q2_taken: Tensor, target: Tensor, *, delta: float = 1.0) -> Tensor:
+        """[B] each -> scalar: mean over the batch of Huber(q1−y) + Huber(q2−y); no gradient into y."""
+
+    def policy_loss(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float) -> Tensor:
+        """[B,A] each -> scalar: mean over the batch of Σ_{legal} π (α log π − min(q1,q2))."""
+
+    def policy_loss_top_p(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float, p: float) -> Tensor:
+        """[B,A] each -> scalar: option B, the same sum over the Top-p set with π_p."""
+
+    def temperature_update(self, log_alpha: Tensor, entropy: Tensor, target_entropy: Tensor, *, lr: float) -> Tensor:
+        """scalar log α, [B] H, [B] H_tgt -> new scalar log α = log α + lr·mean(H_tgt − H), with α
+        clamped to [1e-4, 2]."""
+
+    def temperature_loss(self, log_alpha: Tensor, entropy: Tensor, target_entropy: Tensor) -> Tensor:
+        """scalar -> scalar J whose gradient in log α is mean(H − H_tgt) (descent raises α on a deficit)."""
+
+    def cql_penalty(self, q_all: Tensor, actions: Tensor, *, lam: float = 0.5) -> Tensor:
+        """[B,A] Q of one critic, [B] long actions -> scalar λ(mean logsumexp_a Q − mean Q(o,a_B))."""
+
+    def bc_loss(self, log_probs: Tensor, actions: Tensor, is_demo: Tensor, *, lam: float = 0.1) -> Tensor:
+        """[B,A] log π, [B] long, [B] bool -> scalar λ·mean over demo rows of −log π(a*|o) (0 if none)."""
+
+    def soft_update(self, target: Tensor, online: Tensor, *, tau: float) -> Tensor:
+        """Tensors of one shape -> τ·online + (1−τ)·target."""
+
+    def ema_update(self, target: Tensor, online: Tensor, *, m: float) -> Tensor:
+        """Tensors of one shape -> m·target + (1−m)·online (EMA target encoder)."""
+
+    def popart_step(self, mu: Tensor, var: Tensor, x: Tensor, *, beta: float = 1e-3, eps: float = 1e-8) -> tuple[Tensor, Tensor, Tensor]:
+        """Broadcastable tensors -> (normalised x, new μ, new σ²) with μ_t = (1−β)μ + βx,
+        σ²_t = (1−β)σ² + β(x−μ_t)², normalised = (x−μ_t)/(σ_t+ε)."""
+
+    def ngram_coverage(self, agent_text: str, ref_text: str, *, n: int = 3, window: int = 64) -> float:
+        """Share of the agent's n-grams (last ``window`` chars, with multiplicity) present among the
+        reference window's n-grams; 0.0 when the agent has no n-gram yet."""
+
+    def info_nce(self, query: Tensor, positive: Tensor, negatives: Tensor, *, tau: float = 0.07) -> Tensor:
+        """[B,d], [B,d], [B,K,d] or [K,d] -> [B] InfoNCE log-ratio (≤ 0); no gradient into positive
+        or negatives."""
+
+    def bigram_bonus(self, prev_char: str, char: str, lexicon: Collection[str], *, lam: float = 1.0) -> float:
+        """λ if prev_char+char is in the lexicon, else 0."""
+
+    def step_reward(self, cov_norm: Tensor, nce_norm: Tensor, garble: Tensor, illegal: Tensor, *,
+                    lam_cov: float = 1.0, lam_nce: float = 0.5, lam_gar: float = 0.1, lam_ill: float = 2.0,
+                    illegal_done: bool = False) -> tuple[Tensor, Tensor]:
+        """[B] each -> (reward [B], done [B] bool). With illegal_done an illegal step gives exactly
+        −λ_ill and done=True."""
+
+    def shaped_reward(self, reward: Tensor, phi_s: Tensor, phi_next: Tensor, done: Tensor, *, gamma: float) -> Tensor:
+        """[B] each -> r + γ(1−done)Φ(s') − Φ(s)."""
+
+    def mix_counts(self, batch_size: int, *, rho: float = 0.75) -> tuple[int, int]:
+        """-> (n_agent, n_demo) with n_agent = floor(ρB + 1/2), summing to B."""
+
+    def dagger_teacher_ratio(self, step: int, *, start: float = 1.0, end: float = 0.1, horizon: int = 200_000) -> float:
+        """Linear anneal from start to end over horizon steps, then constant."""
+
+    def resolve_teacher_action(self, teacher_action: Tensor, legal_mask: Tensor, *, mode: str = "reject",
+                               distance: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """[B] long, [B,V] bool -> (action, accepted, is_relabeled). reject: an illegal teacher
+        action is not accepted; relabel: it becomes the nearest legal id (|i−j| or ``distance``,
+        ties to the lower id) with is_relabeled=True. Legal actions pass unchanged."""
+
+    def defaults(self) -> dict:
+        """The defaults table as a dict (keys as in spec clauses SAC-DEFAULT-*)."""
+
+
+CONTRACT = SacOps

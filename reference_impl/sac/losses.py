@@ -1,0 +1,93 @@
+"""Critic, policy, temperature, CQL and BC losses (seed 000, §6 and §7)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from reference_impl import _checks
+from reference_impl.sac.backup import _min_q, _weighted_soft, top_p_probs, top_p_select
+
+ALPHA_MIN, ALPHA_MAX = 1e-4, 2.0  # SAC-TEMP-3
+
+
+def critic_loss(q1_taken, q2_taken, target, *, delta: float = 1.0) -> torch.Tensor:
+    r"""L_Q = E_B Σ_{i=1,2} Huber_δ(Q_i(o,a) − y), with y a constant (no gradient into the target).
+
+    Implements: SAC-CRITIC-1.
+    """
+    _checks.same_shape("SAC-CRITIC-1", q1_taken=q1_taken, q2_taken=q2_taken, target=target)
+    y = target.detach()
+    per_sample = F.huber_loss(q1_taken, y, reduction="none", delta=delta) + F.huber_loss(
+        q2_taken, y, reduction="none", delta=delta
+    )
+    return per_sample.mean()
+
+
+def policy_loss(probs, q1, q2, legal_mask, *, alpha) -> torch.Tensor:
+    r"""Option A: L_π = E_o Σ_{a∈A(s)} π(a|o) [α log π(a|o) − min_i Q_i(o,a)].
+
+    Q is a constant here; only π carries gradient.
+
+    Implements: SAC-POL-1.
+    """
+    _checks.same_shape("SAC-POL-1", probs=probs, q1=q1, q2=q2, legal_mask=legal_mask)
+    # _weighted_soft computes Σ π (q − α log π) = −Σ π (α log π − q)
+    return -_weighted_soft(probs, _min_q(q1, q2).detach(), legal_mask, alpha).mean()
+
+
+def policy_loss_top_p(probs, q1, q2, legal_mask, *, alpha, p: float) -> torch.Tensor:
+    r"""Option B: the same sum over the detached Top-p set P with the renormalised π_p.
+
+    Implements: SAC-POL-2.
+    """
+    selected = top_p_select(probs, legal_mask, p=p)  # detached selection
+    return -_weighted_soft(top_p_probs(probs, selected), _min_q(q1, q2).detach(), selected, alpha).mean()
+
+
+def temperature_update(log_alpha, entropy, target_entropy, *, lr: float,
+                       alpha_min: float = ALPHA_MIN, alpha_max: float = ALPHA_MAX) -> torch.Tensor:
+    r"""\tilde α ← \tilde α + η_α · E_o[H_tgt(s) − H(π(·|o))], then α clamped to [1e-4, 2].
+
+    An entropy deficit (H < H_tgt) raises α.
+
+    Implements: SAC-TEMP-1, SAC-TEMP-3.
+    """
+    _checks.same_shape("SAC-TEMP-1", entropy=entropy, target_entropy=target_entropy)
+    step = lr * (target_entropy.detach() - entropy.detach()).mean()  # SAC-TEMP-1
+    new = log_alpha.detach() + step
+    return new.clamp(math.log(alpha_min), math.log(alpha_max))  # SAC-TEMP-3
+
+
+def temperature_loss(log_alpha, entropy, target_entropy) -> torch.Tensor:
+    r"""Loss for an optimiser on log α: J = log α · E[H − H_tgt], so ∂J/∂log α = E[H − H_tgt]
+    and a descent step moves log α by −η E[H − H_tgt] = +η E[H_tgt − H].
+
+    Implements: SAC-TEMP-2.
+    """
+    _checks.same_shape("SAC-TEMP-2", entropy=entropy, target_entropy=target_entropy)
+    return log_alpha * (entropy.detach() - target_entropy.detach()).mean()
+
+
+def cql_penalty(q_all, actions, *, lam: float = 0.5) -> torch.Tensor:
+    r"""L_CQL = λ (E_o[log Σ_a exp Q(o,a)] − E_{(o,a)∼B}[Q(o,a)]) for one critic.
+
+    Implements: SAC-CQL-1.
+    """
+    _checks.index_in_range(actions, q_all.shape[-1], "SAC-CQL-1", "actions")
+    taken = q_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    return lam * (torch.logsumexp(q_all, dim=-1).mean() - taken.mean())
+
+
+def bc_loss(log_probs, actions, is_demo, *, lam: float = 0.1) -> torch.Tensor:
+    r"""L_BC = λ_BC · E_{(o,a*)∈B_demo}[−log π(a*|o)]; agent samples never contribute.
+
+    Implements: SAC-BC-1.
+    """
+    _checks.bool_mask(is_demo, "SAC-BC-1", "is_demo")
+    _checks.index_in_range(actions, log_probs.shape[-1], "SAC-BC-1", "actions")
+    nll = -log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    demo = is_demo.to(nll.dtype)
+    # an all-agent batch gives exactly 0 (still attached to the graph)
+    return lam * (nll * demo).sum() / demo.sum().clamp_min(1.0)

@@ -1,0 +1,38 @@
+"""Exponential moving averages: target networks, the EMA target encoder, PopArt statistics."""
+from __future__ import annotations
+
+import torch
+
+from reference_impl import _checks
+
+
+def soft_update(target: torch.Tensor, online: torch.Tensor, *, tau: float) -> torch.Tensor:
+    r"""\bar φ ← τ φ + (1 − τ) \bar φ (returns the new target; trainers apply it in place).
+
+    Implements: SAC-TARGET-1.
+    """
+    _checks.in_range(tau, 0.0, 1.0, "SAC-TARGET-1", "tau")
+    return torch.lerp(target.detach(), online.detach(), tau)
+
+
+def ema_update(target: torch.Tensor, online: torch.Tensor, *, m: float) -> torch.Tensor:
+    r"""\bar f ← m \bar f + (1 − m) f: the same average as :func:`soft_update` with τ = 1 − m.
+
+    Implements: SAC-NCE-3.
+    """
+    _checks.in_range(m, 0.0, 1.0, "SAC-NCE-3", "m", lo_open=False, hi_open=True)
+    return soft_update(target, online, tau=1.0 - m)
+
+
+def popart_step(mu, var, x, *, beta: float = 1e-3, eps: float = 1e-8):
+    r"""One PopArt/EMA step: μ_t = (1−β)μ_{t−1} + βx_t, σ_t² = (1−β)σ_{t−1}² + β(x_t − μ_t)²,
+    N(x_t) = (x_t − μ_t)/(σ_t + ε). The variance uses the *new* mean μ_t.
+
+    Returns ``(normalised, mu_t, var_t)``; tensors broadcast (independent streams).
+
+    Implements: SAC-POPART-1, SAC-POPART-2.
+    """
+    _checks.in_range(beta, 0.0, 1.0, "SAC-POPART-1", "beta")
+    mu_t = (1.0 - beta) * mu + beta * x
+    var_t = (1.0 - beta) * var + beta * (x - mu_t) ** 2
+    return (x - mu_t) / (torch.sqrt(var_t) + eps), mu_t, var_t

@@ -1,0 +1,274 @@
+"""Load and validate the specification in ``spec/``.
+
+Every other part of rlconform (the suite's markers, the coverage check, the audit report, the docs
+site) reads clauses through :func:`load_spec`, so a malformed file fails here, once, with a message
+that names the file and the clause.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+FAMILIES = ("sac", "ppo", "isreshape", "ccapo")
+ID_PREFIX = {"sac": "SAC", "ppo": "PPO", "isreshape": "ISR", "ccapo": "CCAPO"}
+LEVELS = ("MUST", "SHOULD")
+KINDS = ("formula", "rule", "default", "gate", "input")
+GATE_OPS = ("<", "<=", ">", ">=", "==", "in")
+SEEDS = {
+    "000_7634b58bbee437f3.txt",
+    "001_1dec206837da3656.txt",
+    "002_246153a871eb2e2f.txt",
+    "003_4301ea661b89248c.txt",
+    "004_7fb0ad4f8a70eeae.txt",
+}
+_ID_RE = re.compile(r"^(?P<prefix>[A-Z]+)-(?P<section>[A-Z0-9]+(?:-[A-Z0-9]+)*)-(?P<n>\d+)$")
+_REQUIRED = ("id", "title", "kind", "level", "statement", "source", "tolerance")
+
+
+class SpecError(ValueError):
+    """A spec file breaks the schema; the message names the file and the clause."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    name: str
+    description: str
+    per_dtype: Mapping[str, Mapping[str, float]]
+
+    @property
+    def exact(self) -> bool:
+        return not self.per_dtype
+
+    def for_dtype(self, dtype: str) -> tuple[float, float]:
+        """(rtol, atol) for a dtype name such as 'float64'; exact tolerances give (0, 0)."""
+        if self.exact:
+            return 0.0, 0.0
+        if dtype not in self.per_dtype:
+            raise SpecError(f"tolerance {self.name!r} has no entry for dtype {dtype}")
+        t = self.per_dtype[dtype]
+        return float(t["rtol"]), float(t["atol"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Clause:
+    id: str
+    family: str
+    title: str
+    kind: str
+    level: str
+    statement: str
+    source: Mapping[str, str]
+    tolerance: Tolerance
+    formula: str | None = None
+    errata: str | None = None
+    value: Any = None
+    gate: Mapping[str, Any] | None = None
+    implemented_by: tuple[str, ...] = ()
+    deprecated: bool = False
+    notes: str | None = None
+
+    @property
+    def section(self) -> str:
+        return _ID_RE.match(self.id).group("section")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChecklistItem:
+    title: str
+    source: Mapping[str, str]
+    clauses: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilySpec:
+    family: str
+    name: str
+    document: Mapping[str, str]
+    clauses: tuple[Clause, ...]
+    related: tuple[Mapping[str, str], ...] = ()
+    checklist: tuple[ChecklistItem, ...] = ()
+    path: str = ""
+
+    @property
+    def version(self) -> str:
+        return str(self.document.get("version", ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    families: Mapping[str, FamilySpec]
+    tolerances: Mapping[str, Tolerance]
+
+    @functools.cached_property
+    def clauses(self) -> dict[str, Clause]:
+        return {c.id: c for f in self.families.values() for c in f.clauses}
+
+    def clause(self, clause_id: str) -> Clause:
+        try:
+            return self.clauses[clause_id]
+        except KeyError:
+            raise SpecError(f"unknown clause id {clause_id!r}") from None
+
+    def family_of(self, clause_id: str) -> str:
+        return self.clause(clause_id).family
+
+    def versions(self) -> dict[str, str]:
+        return {name: f.version for name, f in self.families.items()}
+
+
+def spec_dir() -> Path:
+    """The directory holding the spec files (the repo's spec/ in a checkout, package data when installed)."""
+    return Path(str(resources.files("rlconform.specdata")))
+
+
+def _check_formula(where: str, formula: Any) -> None:
+    if not isinstance(formula, str) or not formula.strip():
+        raise SpecError(f"{where}: 'formula' must be a non-empty LaTeX string")
+    if "$" in formula:
+        raise SpecError(f"{where}: 'formula' is bare LaTeX; drop the $ delimiters")
+    depth = 0
+    for i, ch in enumerate(formula):
+        if ch == "{" and (i == 0 or formula[i - 1] != "\\"):
+            depth += 1
+        elif ch == "}" and (i == 0 or formula[i - 1] != "\\"):
+            depth -= 1
+            if depth < 0:
+                raise SpecError(f"{where}: 'formula' closes a brace it never opened")
+    if depth:
+        raise SpecError(f"{where}: 'formula' has {depth} unclosed brace(s)")
+    if len(re.findall(r"\\left(?![a-zA-Z])", formula)) != len(re.findall(r"\\right(?![a-zA-Z])", formula)):
+        raise SpecError(rf"{where}: 'formula' has unbalanced \left/\right")
+
+
+def _load_tolerances(path: Path) -> dict[str, Tolerance]:
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    out = {}
+    for name, body in raw.items():
+        body = dict(body or {})
+        desc = body.pop("description", "")
+        for dtype, tol in body.items():
+            if set(tol) != {"rtol", "atol"}:
+                raise SpecError(f"{path.name}: tolerance {name}.{dtype} needs exactly rtol and atol")
+        out[name] = Tolerance(name, desc, body)
+    if "exact" not in out:
+        raise SpecError(f"{path.name}: the 'exact' tolerance class is required")
+    return out
+
+
+def _parse_clause(where: str, family: str, raw: Mapping[str, Any], tolerances) -> Clause:
+    missing = [k for k in _REQUIRED if k not in raw or raw[k] in (None, "")]
+    if missing:
+        raise SpecError(f"{where}: missing field(s) {', '.join(missing)}")
+    unknown = set(raw) - {f.name for f in dataclasses.fields(Clause)} - {"implemented_by"}
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    cid = raw["id"]
+    m = _ID_RE.match(str(cid))
+    if not m or m.group("prefix") != ID_PREFIX[family]:
+        raise SpecError(f"{where}: id {cid!r} must look like {ID_PREFIX[family]}-SECTION-N")
+    if raw["level"] not in LEVELS:
+        raise SpecError(f"{where}: level must be one of {LEVELS}, got {raw['level']!r}")
+    if raw["kind"] not in KINDS:
+        raise SpecError(f"{where}: kind must be one of {KINDS}, got {raw['kind']!r}")
+    src = raw["source"]
+    if not isinstance(src, Mapping) or not src.get("seed") or not src.get("section"):
+        raise SpecError(f"{where}: source needs 'seed' (file name) and 'section' (original heading)")
+    if src["seed"] not in SEEDS:
+        raise SpecError(f"{where}: source seed {src['seed']!r} is not one of the five documents")
+    if raw["tolerance"] not in tolerances:
+        raise SpecError(
+            f"{where}: unknown tolerance {raw['tolerance']!r} (known: {', '.join(sorted(tolerances))})"
+        )
+    if raw.get("formula") is not None:
+        _check_formula(where, raw["formula"])
+    if raw["kind"] == "default" and "value" not in raw:
+        raise SpecError(f"{where}: a default clause needs 'value'")
+    if raw["kind"] == "gate":
+        gate = raw.get("gate")
+        if not isinstance(gate, Mapping) or not {"metric", "op", "threshold"} <= set(gate):
+            raise SpecError(f"{where}: a gate clause needs gate: {{metric, op, threshold}}")
+        if gate["op"] not in GATE_OPS:
+            raise SpecError(f"{where}: gate op must be one of {GATE_OPS}")
+    impl = raw.get("implemented_by") or ()
+    if isinstance(impl, str):
+        impl = (impl,)
+    fields = dict(raw)
+    fields.update(
+        family=family,
+        tolerance=tolerances[raw["tolerance"]],
+        implemented_by=tuple(impl),
+        statement=" ".join(str(raw["statement"]).split()),
+    )
+    return Clause(**fields)
+
+
+def _load_family(path: Path, tolerances) -> FamilySpec:
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    where = path.name
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where}: expected a mapping at the top level")
+    family = raw.get("family")
+    if family not in FAMILIES or path.stem != family:
+        raise SpecError(f"{where}: 'family' must be the file's stem and one of {FAMILIES}")
+    doc = raw.get("document") or {}
+    if not {"title", "version", "seed"} <= set(doc):
+        raise SpecError(f"{where}: 'document' needs title, version and seed")
+    clauses = []
+    for i, c in enumerate(raw.get("clauses") or []):
+        cw = f"{where}: clause #{i + 1} ({c.get('id', '?') if isinstance(c, Mapping) else '?'})"
+        if not isinstance(c, Mapping):
+            raise SpecError(f"{cw}: expected a mapping")
+        clauses.append(_parse_clause(cw, family, c, tolerances))
+    ids = [c.id for c in clauses]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise SpecError(f"{where}: duplicate clause id(s) {', '.join(dupes)}")
+    checklist = []
+    for item in raw.get("checklist") or []:
+        unknown = [c for c in item.get("clauses", []) if c not in ids]
+        if unknown:
+            raise SpecError(f"{where}: checklist item {item.get('title')!r} names unknown clause(s) {unknown}")
+        checklist.append(ChecklistItem(item["title"], item.get("source", {}), tuple(item["clauses"])))
+    return FamilySpec(
+        family=family,
+        name=raw.get("name", family),
+        document=doc,
+        clauses=tuple(clauses),
+        related=tuple(raw.get("related") or ()),
+        checklist=tuple(checklist),
+        path=str(path),
+    )
+
+
+def load_spec(directory: str | Path | None = None) -> Spec:
+    """Read and validate every family file; raise :class:`SpecError` on the first problem."""
+    d = Path(directory) if directory is not None else spec_dir()
+    tolerances = _load_tolerances(d / "tolerances.yaml")
+    families = {}
+    for fam in FAMILIES:
+        p = d / f"{fam}.yaml"
+        if p.exists():
+            families[fam] = _load_family(p, tolerances)
+    all_ids: dict[str, str] = {}
+    for f in families.values():
+        for c in f.clauses:
+            if c.id in all_ids:
+                raise SpecError(f"duplicate clause id {c.id} in {all_ids[c.id]} and {f.family}.yaml")
+            all_ids[c.id] = f"{f.family}.yaml"
+    return Spec(families=families, tolerances=tolerances)
+
+
+@functools.lru_cache(maxsize=1)
+def default_spec() -> Spec:
+    return load_spec()
+
+
+def clauses_of(spec: Spec, families: Iterable[str] | None = None) -> list[Clause]:
+    fams = list(families) if families else list(spec.families)
+    return [c for f in fams if f in spec.families for c in spec.families[f].clauses]
