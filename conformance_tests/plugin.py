@@ -40,6 +40,12 @@ settings.register_profile(
 _RESULTS_KEY = pytest.StashKey[dict]()
 
 
+def argparse_hidden():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
 def pytest_addoption(parser):
     g = parser.getgroup("rlconform")
     g.addoption("--impl", default=None, help="implementation factory 'module:factory' (default: the bundled reference)")
@@ -51,7 +57,9 @@ def pytest_addoption(parser):
         help="hypothesis profile: ci (derandomised, fast) or release (more examples)",
     )
     g.addoption("--clauses", default=None, help="comma-separated clause ids: run only their tests")
+    g.addoption("--families", default=None, help="comma-separated families: run only their clauses' tests")
     g.addoption("--expectations", default=None, help="YAML list of known failures: {clause, reason, link}")
+    g.addoption("--rlconform-skip-id-check", action="store_true", help=argparse_hidden())
     g.addoption("--rlconform-report", default=None, help="write per-test results as JSON here")
 
 
@@ -123,7 +131,7 @@ def item_clauses(item) -> tuple[str, ...]:
 def pytest_collection_modifyitems(session, config, items):
     spec = default_spec()
     unknown = sorted({c for it in items for c in item_clauses(it) if c not in spec.clauses})
-    if unknown:
+    if unknown and not config.getoption("--rlconform-skip-id-check"):
         raise pytest.UsageError(f"tests name clause id(s) absent from spec/: {', '.join(unknown)}")
     wanted = config.getoption("--clauses")
     if wanted:
@@ -132,6 +140,14 @@ def pytest_collection_modifyitems(session, config, items):
         if bad:
             raise pytest.UsageError(f"--clauses names unknown clause id(s): {', '.join(bad)}")
         keep = [it for it in items if want & set(item_clauses(it))]
+        drop = [it for it in items if it not in keep]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    fams = config.getoption("--families")
+    if fams:
+        want_f = {f.strip() for f in fams.split(",") if f.strip()}
+        keep = [it for it in items if any(spec.clause(c).family in want_f for c in item_clauses(it))]
         drop = [it for it in items if it not in keep]
         if drop:
             config.hook.pytest_deselected(items=drop)

@@ -187,14 +187,22 @@ def _parse_clause(where: str, family: str, raw: Mapping[str, Any], tolerances) -
         )
     if raw.get("formula") is not None:
         _check_formula(where, raw["formula"])
-    if raw["kind"] == "default" and "value" not in raw:
-        raise SpecError(f"{where}: a default clause needs 'value'")
+    if raw["kind"] == "default":
+        if not isinstance(raw.get("value"), Mapping) or not raw["value"]:
+            raise SpecError(f"{where}: a default clause needs 'value', a mapping of defaults() keys to values")
+        for k, v in raw["value"].items():
+            if isinstance(v, str) and re.fullmatch(r"[-+]?[0-9.]+[eE][0-9]+", v):
+                raise SpecError(f"{where}: value {k}={v!r} is a string to YAML; write the exponent with a sign (1.0e+9)")
     if raw["kind"] == "gate":
         gate = raw.get("gate")
         if not isinstance(gate, Mapping) or not {"metric", "op", "threshold"} <= set(gate):
             raise SpecError(f"{where}: a gate clause needs gate: {{metric, op, threshold}}")
         if gate["op"] not in GATE_OPS:
             raise SpecError(f"{where}: gate op must be one of {GATE_OPS}")
+        from rlconform.gate import AGGREGATES
+
+        if gate.get("aggregate", "last") not in AGGREGATES:
+            raise SpecError(f"{where}: gate aggregate must be one of {AGGREGATES}")
     impl = raw.get("implemented_by") or ()
     if isinstance(impl, str):
         impl = (impl,)

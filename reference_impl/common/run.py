@@ -1,0 +1,101 @@
+"""Run bookkeeping for the reference trainers.
+
+A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per update, flushed at
+once, so a crash loses at most the update in flight) and ``checkpoint.pt`` (written to a temporary
+file and renamed, so a crash mid-write leaves the previous checkpoint intact). ``resume`` reloads
+the checkpoint and truncates metrics written after it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def atomic_save(obj: Any, path: str | Path) -> None:
+    """torch.save to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path) -> Any | None:
+    path = Path(path)
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", initial: int = 0,
+             disable: bool | None = None):
+    """A tqdm progress bar on stderr, off when stderr is not a terminal and RLCONFORM_PROGRESS is unset."""
+    from tqdm.auto import tqdm
+
+    if disable is None:
+        disable = not (os.isatty(2) or os.environ.get("RLCONFORM_PROGRESS"))
+    return tqdm(iterable, total=total, desc=desc, initial=initial, disable=disable, dynamic_ncols=True)
+
+
+class RunDir:
+    """``config.json`` + ``metrics.jsonl`` + ``checkpoint.pt`` under one directory."""
+
+    def __init__(self, path: str | Path, *, family: str, config: Any, resume: bool = False):
+        self.path = Path(path)
+        self.family = family
+        self.path.mkdir(parents=True, exist_ok=True)
+        cfg = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+        cfg_path = self.path / "config.json"
+        if resume and cfg_path.exists():
+            old = json.loads(cfg_path.read_text())
+            if old.get("config") != json.loads(json.dumps(cfg, default=str)):
+                raise ValueError(f"{cfg_path}: resuming with a different config; start a new run directory")
+        elif not resume and (self.path / "checkpoint.pt").exists():
+            raise FileExistsError(f"{self.path} already holds a run; pass --resume or choose another --out")
+        cfg_path.write_text(json.dumps({"family": family, "config": cfg}, indent=1, default=str))
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.checkpoint_path = self.path / "checkpoint.pt"
+
+    def load(self) -> Any | None:
+        """The last checkpoint (or None); metrics logged after it are dropped so the log matches."""
+        ckpt = load_checkpoint(self.checkpoint_path)
+        if ckpt is not None and self.metrics_path.exists():
+            last = ckpt.get("update", None)
+            if last is not None:
+                keep = [ln for ln in self.metrics_path.read_text().splitlines()
+                        if ln.strip() and json.loads(ln).get("update", -1) <= last]
+                self.metrics_path.write_text("".join(k + "\n" for k in keep))
+        return ckpt
+
+    def log(self, **metrics: Any) -> None:
+        rec = {"family": self.family, "time": time.time(), **metrics}
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, default=float) + "\n")
+            f.flush()
+
+    def save(self, state: dict) -> None:
+        atomic_save(state, self.checkpoint_path)
+
+    def metrics(self) -> list[dict]:
+        if not self.metrics_path.exists():
+            return []
+        return [json.loads(ln) for ln in self.metrics_path.read_text().splitlines() if ln.strip()]

@@ -1,0 +1,53 @@
+"""Spec coverage: every clause has a test, every test names a known clause.
+
+Tests are found by collecting ``conformance_tests`` with pytest (so parametrised marks count too).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+from rlconform.spec import Spec, default_spec
+
+
+class _Collector:
+    def __init__(self):
+        self.items: dict[str, tuple[str, ...]] = {}
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        from conformance_tests.plugin import item_clauses
+
+        for it in items:
+            self.items[it.nodeid] = item_clauses(it)
+
+
+def collect_clause_marks() -> tuple[dict[str, tuple[str, ...]], int, str]:
+    """nodeid -> clause ids for every collected test, pytest's exit code, and its output."""
+    col = _Collector()
+    sink = io.StringIO()
+    # Collect without the plugin's unknown-id check, so coverage can list unknown ids itself.
+    with contextlib.redirect_stdout(sink):
+        code = pytest.main(["--pyargs", "conformance_tests", "--collect-only", "-q", "-p", "no:cacheprovider",
+                            "--rlconform-skip-id-check"], plugins=[col])
+    return col.items, int(code), sink.getvalue()
+
+
+def coverage(spec: Spec | None = None) -> dict:
+    spec = spec or default_spec()
+    marks, code, output = collect_clause_marks()
+    tested: dict[str, int] = {}
+    unknown: dict[str, list[str]] = {}
+    unmarked = []
+    for nodeid, clauses in marks.items():
+        if not clauses:
+            unmarked.append(nodeid)
+        for c in clauses:
+            if c in spec.clauses:
+                tested[c] = tested.get(c, 0) + 1
+            else:
+                unknown.setdefault(c, []).append(nodeid)
+    untested = [c for c in spec.clauses if c not in tested and not spec.clauses[c].deprecated]
+    return {"clauses": len(spec.clauses), "tested": tested, "untested": untested, "unknown": unknown,
+            "unmarked_tests": unmarked, "collect_exit": code, "collect_output": output}

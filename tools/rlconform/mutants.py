@@ -1,0 +1,54 @@
+"""Run the suite against every shipped mutant and say which clause killed it."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from rlconform.audit import clause_report, run_suite
+
+KILLED = ("fail", "error")
+
+
+@dataclasses.dataclass
+class MutantResult:
+    name: str
+    family: str
+    doc: str
+    expected: tuple[str, ...]
+    killed_by: list[str]  # expected clauses that failed on it
+    also_tripped: list[str]  # other clauses that failed (only known with --full)
+
+    @property
+    def survived(self) -> bool:
+        return not self.killed_by
+
+    @property
+    def missed(self) -> list[str]:
+        """Expected clauses that did not fail: the mutant is killed, but not where it claims."""
+        return [c for c in self.expected if c not in self.killed_by]
+
+
+def select(names: Iterable[str] | None = None, families: Iterable[str] | None = None):
+    from conformance_tests.mutants import discover
+
+    reg = discover()
+    chosen = list(reg.values())
+    if names:
+        unknown = sorted(set(names) - set(reg))
+        if unknown:
+            raise ValueError(f"unknown mutant(s) {unknown}; known: {', '.join(sorted(reg))}")
+        chosen = [reg[n] for n in names]
+    if families:
+        chosen = [m for m in chosen if m.family in set(families)]
+    return chosen
+
+
+def run_mutant(m, *, full: bool = False, profile: str = "ci") -> MutantResult:
+    payload = run_suite(m.impl_string, profile=profile, clauses=None if full else m.kills, quiet=True)
+    report = clause_report(payload)
+    failed = [c["id"] for c in report["clauses"] if c["status"] in KILLED]
+    return MutantResult(
+        name=m.name, family=m.family, doc=m.doc, expected=m.kills,
+        killed_by=[c for c in m.kills if c in failed],
+        also_tripped=[c for c in failed if c not in m.kills],
+    )
