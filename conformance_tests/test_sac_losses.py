@@ -1,0 +1,251 @@
+"""SAC §6/§7: critic, policy (A and B), temperature, CQL and BC losses."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.special import logsumexp
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_close, assert_equal, assert_that, finite_difference
+from conformance_tests.oracles import huber, masked_softmax, np_
+
+EPS = 1e-8
+
+
+def _probs_from_logits(z, mask):
+    """The masked, ε-clipped softmax built from torch primitives here (the test's own oracle path)."""
+    zz = torch.where(mask, z, torch.full_like(z, -1e9))
+    return torch.softmax(zz - zz.max(-1, keepdim=True).values, -1).clamp_min(EPS)
+
+
+def _np_policy_loss(p, qmin, support, alpha):
+    return float(np.mean([sum(p[b, a] * (alpha * math.log(p[b, a]) - qmin[b, a])
+                              for a in range(p.shape[1]) if support[b, a]) for b in range(p.shape[0])]))
+
+
+# ----------------------------------------------------------------------------- critic
+@pytest.mark.clause("SAC-CRITIC-1")
+@given(st.integers(1, 32).flatmap(lambda n: st.tuples(*(st_.tensors((n,), lo=-5, hi=5) for _ in range(3)))),
+       st.floats(0.1, 3.0))
+def test_critic_loss_is_mean_of_summed_huber(sac, case, delta):
+    q1, q2, y = case
+    got = sac.critic_loss(q1, q2, y, delta=delta)
+    expected = np.mean(huber(np_(q1) - np_(y), delta) + huber(np_(q2) - np_(y), delta))
+    assert_close(got, expected, "SAC-CRITIC-1")
+
+
+@pytest.mark.clause("SAC-CRITIC-1")
+def test_critic_loss_golden_and_no_gradient_into_target(sac):
+    # errors 0.5 (quadratic: 0.125) and 3 (linear: 2.5) for critic 1; 0 and -2 (1.5) for critic 2
+    q1 = torch.tensor([1.5, 4.0], dtype=torch.float64, requires_grad=True)
+    q2 = torch.tensor([1.0, -1.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([1.0, 1.0], dtype=torch.float64, requires_grad=True)
+    loss = sac.critic_loss(q1, q2, y)
+    assert_close(loss, (0.125 + 2.5 + 0.0 + 1.5) / 2, "SAC-CRITIC-1")
+    loss.backward()
+    assert_that(y.grad is None or bool((y.grad == 0).all()), "SAC-CRITIC-1", y.grad, "no gradient into the target y")
+    assert_close(q1.grad, [0.25, 0.5], "SAC-CRITIC-1", what="dL/dq1 = clip(err, ±1)/B")
+
+
+# ----------------------------------------------------------------------------- policy loss A
+@st.composite
+def policy_cases(draw, max_actions=8):
+    z, mask = draw(st_.logits_and_masks(scale=5.0, max_actions=max_actions))
+    q1 = draw(st_.q_values(tuple(z.shape), scale=5.0))
+    q2 = draw(st_.q_values(tuple(z.shape), scale=5.0))
+    return z, mask, q1, q2, draw(st.floats(0.01, 2.0))
+
+
+@pytest.mark.clause("SAC-POL-1")
+@given(policy_cases())
+def test_policy_loss_matches_loop(sac, case):
+    z, mask, q1, q2, alpha = case
+    p = _probs_from_logits(z, mask)
+    got = sac.policy_loss(p, q1, q2, mask, alpha=alpha)
+    assert_close(got, _np_policy_loss(np_(p), np.minimum(np_(q1), np_(q2)), np_(mask), alpha), "SAC-POL-1")
+
+
+@pytest.mark.clause("SAC-POL-1")
+@given(policy_cases(max_actions=5))
+def test_policy_loss_gradient_matches_finite_differences(sac, case):
+    z, mask, q1, q2, alpha = case
+    z = z.clone().requires_grad_(True)
+    q1 = q1.clone().requires_grad_(True)
+    sac.policy_loss(_probs_from_logits(z, mask), q1, q2, mask, alpha=alpha).backward()
+    mn, qmin = np_(mask), np.minimum(np_(q1), np_(q2))
+
+    def np_loss(zz):
+        p = np.maximum(masked_softmax(np_(zz), mn), EPS)
+        return _np_policy_loss(p, qmin, mn, alpha)
+
+    assert_close(z.grad, finite_difference(np_loss, z), "SAC-POL-1", what="dL/dz vs finite differences")
+    assert_that(q1.grad is None or bool((q1.grad == 0).all()), "SAC-POL-1", q1.grad, "no gradient into Q")
+
+
+@pytest.mark.clause("SAC-POL-1")
+def test_policy_loss_golden(sac):
+    # one state, π = (0.25, 0.75) legal + an illegal ε entry, min Q = (1, 0), α = 0.2
+    p = torch.tensor([[0.25, 0.75, EPS]], dtype=torch.float64)
+    q = torch.tensor([[1.0, 0.0, 50.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, False]])
+    expected = 0.25 * (0.2 * math.log(0.25) - 1) + 0.75 * (0.2 * math.log(0.75))
+    assert_close(sac.policy_loss(p, q, q + 1, mask, alpha=0.2), expected, "SAC-POL-1")
+
+
+# ----------------------------------------------------------------------------- policy loss B
+@pytest.mark.clause("SAC-POL-2")
+def test_top_p_policy_loss_golden_and_gradient(sac):
+    z = torch.log(torch.tensor([[0.1, 0.6, 0.05, 0.25]], dtype=torch.float64)).requires_grad_(True)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    q = torch.tensor([[9.0, 1.0, 9.0, 2.0]], dtype=torch.float64)
+    loss = sac.policy_loss_top_p(torch.softmax(z, -1), q, q + 1, mask, alpha=0.5, p=0.8)
+    a, b = 12 / 17, 5 / 17  # π_p over the kept {0.6, 0.25}
+    assert_close(loss, a * (0.5 * math.log(a) - 1) + b * (0.5 * math.log(b) - 2), "SAC-POL-2")
+    loss.backward()
+    # the loss depends on the logits of the kept actions only through π_p = softmax over {1, 3}
+    def np_loss(zz):
+        w = np.exp(np_(zz)[0, [1, 3]])
+        pp = w / w.sum()
+        return float(pp[0] * (0.5 * math.log(pp[0]) - 1) + pp[1] * (0.5 * math.log(pp[1]) - 2))
+
+    assert_close(z.grad, finite_difference(np_loss, z), "SAC-POL-2", what="gradient through π_p (selection fixed)")
+
+
+@pytest.mark.clause("SAC-POL-2")
+@given(policy_cases(), st.floats(0.3, 0.95))
+def test_top_p_policy_loss_at_p_one_equals_option_a_on_renormalised_policy(sac, case, _p):
+    z, mask, q1, q2, alpha = case
+    p = _probs_from_logits(z, mask)
+    got = sac.policy_loss_top_p(p, q1, q2, mask, alpha=alpha, p=1.0)
+    pn, mn = np_(p), np_(mask)
+    renorm = np.where(mn, pn / np.where(mn, pn, 0).sum(-1, keepdims=True), 1.0)
+    assert_close(got, _np_policy_loss(renorm, np.minimum(np_(q1), np_(q2)), mn, alpha), "SAC-POL-2")
+
+
+# ----------------------------------------------------------------------------- temperature
+@st.composite
+def entropy_batches(draw):
+    n = draw(st.integers(1, 16))
+    h = draw(st_.tensors((n,), lo=0.0, hi=8.0))
+    ht = draw(st_.tensors((n,), lo=0.0, hi=8.0))
+    return h, ht
+
+
+@pytest.mark.clause("SAC-TEMP-1")
+@given(entropy_batches(), st.floats(-3.0, 0.5), st.floats(1e-5, 1e-2))
+def test_temperature_moves_with_the_entropy_deficit(sac, hb, log_alpha, lr):
+    h, ht = hb
+    la = torch.tensor(log_alpha, dtype=torch.float64)
+    got = sac.temperature_update(la, h, ht, lr=lr)
+    deficit = float(np.mean(np_(ht) - np_(h)))
+    expected = min(max(log_alpha + lr * deficit, math.log(1e-4)), math.log(2.0))
+    assert_close(got, expected, "SAC-TEMP-1")
+
+
+@pytest.mark.clause("SAC-TEMP-1")
+def test_entropy_deficit_raises_alpha_golden(sac):
+    la = torch.tensor(math.log(0.1), dtype=torch.float64)
+    low_h = torch.tensor([0.5, 1.5], dtype=torch.float64)  # mean H = 1.0 < H_tgt = 2.0
+    tgt = torch.tensor([2.0, 2.0], dtype=torch.float64)
+    up = sac.temperature_update(la, low_h, tgt, lr=0.01)
+    assert_close(up, math.log(0.1) + 0.01, "SAC-TEMP-1")
+    down = sac.temperature_update(la, tgt + 1.0, tgt, lr=0.01)  # entropy surplus lowers α
+    assert_close(down, math.log(0.1) - 0.01, "SAC-TEMP-1")
+
+
+@pytest.mark.clause("SAC-TEMP-2")
+@given(entropy_batches(), st.floats(-5.0, 0.5))
+def test_temperature_loss_gradient_is_mean_entropy_excess(sac, hb, log_alpha):
+    h, ht = hb
+    la = torch.tensor(log_alpha, dtype=torch.float64, requires_grad=True)
+    sac.temperature_loss(la, h, ht).backward()
+    assert_close(la.grad, float(np.mean(np_(h) - np_(ht))), "SAC-TEMP-2")
+    fd = finite_difference(lambda x: sac.temperature_loss(x, h, ht), la.detach())
+    assert_close(la.grad, fd, "SAC-TEMP-2", what="autograd vs finite differences")
+
+
+@pytest.mark.clause("SAC-TEMP-2")
+def test_one_sgd_step_on_temperature_loss_raises_alpha_on_deficit(sac):
+    la = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([la], lr=0.1)
+    sac.temperature_loss(la, torch.tensor([1.0], dtype=torch.float64), torch.tensor([3.0], dtype=torch.float64)).backward()
+    opt.step()
+    assert_close(la.detach(), 0.2, "SAC-TEMP-2", what="log α after one step with deficit 2 and lr 0.1")
+
+
+@pytest.mark.clause("SAC-TEMP-3")
+@given(entropy_batches(), st.floats(-12.0, 3.0), st.floats(1e-3, 10.0))
+def test_alpha_is_clamped_to_range(sac, hb, log_alpha, lr):
+    h, ht = hb
+    got = sac.temperature_update(torch.tensor(log_alpha, dtype=torch.float64), h, ht, lr=lr)
+    a = math.exp(float(got))
+    assert_that(1e-4 * (1 - 1e-12) <= a <= 2.0 * (1 + 1e-12), "SAC-TEMP-3", a, "alpha in [1e-4, 2]")
+
+
+@pytest.mark.clause("SAC-TEMP-3")
+def test_alpha_clamp_golden(sac):
+    h = torch.tensor([0.0], dtype=torch.float64)
+    big = torch.tensor([1e6], dtype=torch.float64)
+    assert_close(sac.temperature_update(torch.tensor(0.0, dtype=torch.float64), h, big, lr=1.0), math.log(2.0), "SAC-TEMP-3")
+    assert_close(sac.temperature_update(torch.tensor(0.0, dtype=torch.float64), big, h, lr=1.0), math.log(1e-4), "SAC-TEMP-3")
+
+
+# ----------------------------------------------------------------------------- CQL
+@pytest.mark.clause("SAC-CQL-1")
+@given(st_.batch_shapes(max_batch=8), st.data(), st.floats(0.0, 1.0))
+def test_cql_penalty_matches_scipy(sac, shape, data, lam):
+    q = data.draw(st_.q_values(shape))
+    a = torch.tensor(data.draw(st.lists(st.integers(0, shape[1] - 1), min_size=shape[0], max_size=shape[0])))
+    got = sac.cql_penalty(q, a, lam=lam)
+    qn = np_(q)
+    expected = lam * (logsumexp(qn, axis=-1).mean() - qn[np.arange(shape[0]), a.numpy()].mean())
+    assert_close(got, expected, "SAC-CQL-1")
+
+
+@pytest.mark.clause("SAC-CQL-1")
+def test_cql_penalty_golden(sac):
+    q = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    a = torch.tensor([0, 1])
+    # logsumexp of two equal values x is x + log 2; minus the taken Q leaves log 2 per row
+    assert_close(sac.cql_penalty(q, a, lam=0.5), 0.5 * math.log(2), "SAC-CQL-1")
+
+
+# ----------------------------------------------------------------------------- BC
+@st.composite
+def bc_batches(draw):
+    B, A = draw(st_.batch_shapes(max_batch=10))
+    logits = draw(st_.logits((B, A), scale=5.0))
+    logp = torch.log_softmax(logits, -1)
+    actions = torch.tensor(draw(st.lists(st.integers(0, A - 1), min_size=B, max_size=B)))
+    is_demo = torch.tensor(draw(st.lists(st.booleans(), min_size=B, max_size=B)))
+    return logp, actions, is_demo
+
+
+@pytest.mark.clause("SAC-BC-1")
+@given(bc_batches(), st.floats(0.0, 1.0))
+def test_bc_loss_is_mean_nll_over_demo_rows_only(sac, batch, lam):
+    logp, actions, is_demo = batch
+    got = sac.bc_loss(logp, actions, is_demo, lam=lam)
+    ln, an, dn = np_(logp), actions.numpy(), is_demo.numpy()
+    nll = -ln[np.arange(len(an)), an]
+    expected = lam * nll[dn].mean() if dn.any() else 0.0
+    assert_close(got, expected, "SAC-BC-1")
+    # changing agent rows must not change the loss
+    shuffled = logp.clone()
+    shuffled[~is_demo] = torch.log_softmax(torch.randn_like(shuffled[~is_demo], dtype=torch.float64), -1)
+    assert_close(sac.bc_loss(shuffled, actions, is_demo, lam=lam), expected, "SAC-BC-1", what="agent rows changed")
+
+
+@pytest.mark.clause("SAC-BC-1")
+def test_bc_loss_golden(sac):
+    logp = torch.log(torch.tensor([[0.5, 0.5], [0.25, 0.75], [0.9, 0.1]], dtype=torch.float64))
+    actions = torch.tensor([0, 1, 1])
+    is_demo = torch.tensor([True, True, False])
+    assert_close(sac.bc_loss(logp, actions, is_demo, lam=0.1), 0.1 * (math.log(2) - math.log(0.75)) / 2, "SAC-BC-1")
+    none = sac.bc_loss(logp, actions, torch.zeros(3, dtype=torch.bool), lam=0.1)
+    assert_equal(float(none), 0.0, "SAC-BC-1", "a batch with no demo rows")
