@@ -45,9 +45,12 @@ def recorded_calls() -> list[tuple[str, tuple, dict]]:
     return list(_STATE["calls"])
 
 
-def configure(impl: str, device: str) -> None:
+def configure(impl: str, device: str) -> tuple[str, str]:
+    """Set the session's implementation string and device; returns the previous pair (nested sessions)."""
+    prev = (_STATE["impl"], _STATE["device"])
     _STATE["impl"] = impl
     _STATE["device"] = device
+    return prev
 
 
 # ----------------------------------------------------------------------------- repro snippets

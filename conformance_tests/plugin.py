@@ -38,6 +38,12 @@ settings.register_profile(
 )
 
 _RESULTS_KEY = pytest.StashKey[dict]()
+_PREV_KEY = pytest.StashKey[tuple]()
+
+
+def pytest_unconfigure(config):
+    if _PREV_KEY in config.stash:
+        harness.configure(*config.stash[_PREV_KEY])
 
 
 def argparse_hidden():
@@ -68,7 +74,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "meta: tests of the suite itself (not run by audits)")
     settings.load_profile(config.getoption("--profile"))
     impl_str = resolve_impl_string(config.getoption("--impl"))
-    harness.configure(impl_str, config.getoption("--device"))
+    config.stash[_PREV_KEY] = harness.configure(impl_str, config.getoption("--device"))
     config.stash[_RESULTS_KEY] = {"tests": {}, "started": time.time(), "impl": impl_str}
 
 
@@ -195,9 +201,9 @@ def _classify(rep) -> str:
 
 
 def pytest_runtest_logreport(report):
-    config = _CONFIG.get("config")
-    if config is None:
+    if not _SESSIONS:
         return
+    config = _SESSIONS[-1]
     store = config.stash[_RESULTS_KEY]
     entry = store["tests"].get(report.nodeid)
     if entry is None:
@@ -215,11 +221,12 @@ def pytest_runtest_logreport(report):
                 entry["repro"] = props["rlconform_repro"]
 
 
-_CONFIG: dict = {}
+# A stack, because the suite's own meta-tests run pytest sessions inside a session.
+_SESSIONS: list = []
 
 
 def pytest_sessionstart(session):
-    _CONFIG["config"] = session.config
+    _SESSIONS.append(session.config)
     try:
         default_spec()
     except SpecError as e:
@@ -253,7 +260,8 @@ def pytest_sessionfinish(session, exitstatus):
     config = session.config
     path = config.getoption("--rlconform-report")
     store = config.stash.get(_RESULTS_KEY, None)
-    _CONFIG.pop("config", None)
+    if _SESSIONS and _SESSIONS[-1] is config:
+        _SESSIONS.pop()
     if not path or store is None:
         return
     impl_obj = None

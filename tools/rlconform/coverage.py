@@ -15,33 +15,42 @@ from rlconform.spec import Spec, default_spec
 class _Collector:
     def __init__(self):
         self.items: dict[str, tuple[str, ...]] = {}
+        self.meta: set[str] = set()
 
     def pytest_collection_modifyitems(self, session, config, items):
         from conformance_tests.plugin import item_clauses
 
         for it in items:
             self.items[it.nodeid] = item_clauses(it)
+            if any(True for _ in it.iter_markers("meta")):
+                self.meta.add(it.nodeid)
 
 
-def collect_clause_marks() -> tuple[dict[str, tuple[str, ...]], int, str]:
-    """nodeid -> clause ids for every collected test, pytest's exit code, and its output."""
+def collect_tests() -> tuple[dict[str, tuple[str, ...]], int, str, set[str]]:
+    """nodeid -> clause ids for every collected test, pytest's exit code, its output, the meta tests."""
     col = _Collector()
     sink = io.StringIO()
     # Collect without the plugin's unknown-id check, so coverage can list unknown ids itself.
     with contextlib.redirect_stdout(sink):
         code = pytest.main(["--pyargs", "conformance_tests", "--collect-only", "-q", "-p", "no:cacheprovider",
                             "--rlconform-skip-id-check"], plugins=[col])
-    return col.items, int(code), sink.getvalue()
+    return col.items, int(code), sink.getvalue(), col.meta
+
+
+def collect_clause_marks() -> tuple[dict[str, tuple[str, ...]], int, str]:
+    """nodeid -> clause ids for every collected test, pytest's exit code, and its output."""
+    items, code, output, _ = collect_tests()
+    return items, code, output
 
 
 def coverage(spec: Spec | None = None) -> dict:
     spec = spec or default_spec()
-    marks, code, output = collect_clause_marks()
+    marks, code, output, meta = collect_tests()
     tested: dict[str, int] = {}
     unknown: dict[str, list[str]] = {}
     unmarked = []
     for nodeid, clauses in marks.items():
-        if not clauses:
+        if not clauses and nodeid not in meta:  # meta-tests check the suite itself, not a clause
             unmarked.append(nodeid)
         for c in clauses:
             if c in spec.clauses:

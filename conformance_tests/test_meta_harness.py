@@ -1,0 +1,106 @@
+"""Meta-tests of the harness: not-applicable, errors, expected failures, messages, repros, the audit CLI."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+import torch
+
+import reference_impl
+from conformance_tests.impl import ImplSpecError, load_impl, override, without
+from rlconform import cli
+from rlconform.audit import clause_report, render_checklist, run_suite
+
+pytestmark = pytest.mark.meta
+SAC_TOPP = ["SAC-TOPP-1", "SAC-TOPP-3", "SAC-V-1"]
+
+
+def partial_impl():
+    """The reference without Top-p: its clauses must be not applicable, not failed."""
+    return without(reference_impl.make(), "sac", "top_p_select", "top_p_soft_value")
+
+
+def raising_impl():
+    """The reference whose soft value raises: its clause is an error, and the run goes on."""
+    def soft_value(*a, **k):
+        raise RuntimeError("boom")
+
+    return override(reference_impl.make(), "sac", soft_value=soft_value)
+
+
+def _report(impl, clauses, **kw):
+    return clause_report(run_suite(impl, clauses=clauses, quiet=True, **kw))
+
+
+def _status(report):
+    return {c["id"]: c["status"] for c in report["clauses"]}
+
+
+def test_missing_operations_are_not_applicable():
+    st = _status(_report("conformance_tests.test_meta_harness:partial_impl", SAC_TOPP))
+    assert st["SAC-TOPP-1"] == "not_applicable"
+    assert st["SAC-TOPP-3"] == "not_applicable"
+    assert st["SAC-V-1"] == "pass"
+
+
+def test_an_operation_that_raises_is_an_error_and_the_report_is_whole():
+    rep = _report("conformance_tests.test_meta_harness:raising_impl", SAC_TOPP)
+    st = _status(rep)
+    assert st["SAC-V-1"] == "error"
+    assert st["SAC-TOPP-1"] == "pass"
+    assert rep["summary"]["must_failed"] == ["SAC-V-1"]
+
+
+def test_failure_message_names_clause_and_call_and_repro_runs():
+    rep = _report("conformance_tests.mutants.sac:no_done_truncation", ["SAC-TD-1"])
+    entry = next(c for c in rep["clauses"] if c["id"] == "SAC-TD-1")
+    assert entry["status"] == "fail"
+    assert "but should be" in entry["message"] and "[SAC-TD-1: sac.td_target(" in entry["message"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(entry["repro"], "repro", "exec"), {})  # the snippet replays the failing call
+    assert "tensor(" in out.getvalue()
+
+
+def test_expectations_turn_known_failures_into_expected_failures(tmp_path):
+    exp = tmp_path / "expect.yaml"
+    exp.write_text("- {clause: SAC-TEMP-1, reason: V1 sign kept on purpose, link: 'https://example.invalid/1'}\n"
+                   "- {clause: SAC-TEMP-2, reason: same}\n- {clause: SAC-CQL-1, reason: matches nothing here}\n")
+    rep = _report("conformance_tests.mutants.sac:v1_temperature_sign", ["SAC-TEMP-1", "SAC-TEMP-2"],
+                  expectations=str(exp))
+    st = _status(rep)
+    assert st["SAC-TEMP-1"] == "expected_fail" and st["SAC-TEMP-2"] == "expected_fail"
+    assert rep["summary"]["must_failed"] == []
+    assert any("SAC-CQL-1" in w for w in rep["warnings"])
+    assert "warning" in render_checklist(rep)
+
+
+def test_load_impl_explains_bad_strings():
+    for bad, msg in (("nocolon", "module:factory"), ("no_such_module_xyz:make", "cannot import"),
+                     ("reference_impl:nope", "no attribute"), ("reference_impl:__version__", "not callable")):
+        with pytest.raises(ImplSpecError, match=msg):
+            load_impl(bad)
+
+
+def test_audit_cli_writes_report_and_exits_by_must_failures(tmp_path):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = cli.main(["audit", "--impl", "conformance_tests.mutants.sac:no_done_truncation", "--family", "sac",
+                         "--out", str(tmp_path)])
+    assert code == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert {"implementation", "profile", "seed", "device", "started", "finished", "spec_versions"} <= set(report["run_info"])
+    td = next(c for c in report["clauses"] if c["id"] == "SAC-TD-1")
+    assert td["status"] == "fail" and td["level"] == "MUST" and td["tests"] >= 2
+    text = out.getvalue()
+    assert text.index("Grey-release checklist") < text.index("Failed MUST clauses") < text.index("Summary")
+    assert "(1-done) truncation" in text
+    assert (tmp_path / "checklist.md").read_text().startswith("# rlconform audit")
+
+
+def test_reference_soft_value_runs_on_the_default_device():
+    # the contract is device-agnostic: outputs live where the inputs live
+    p = torch.full((1, 2), 0.5, dtype=torch.float64)
+    ref = reference_impl.make()
+    v = ref.sac.soft_value(p, p, p, torch.ones(1, 2, dtype=torch.bool), alpha=0.1)
+    assert v.device == p.device

@@ -1,0 +1,852 @@
+"""The documentation site, generated from the spec at build time.
+
+This module is both the MkDocs hook named in ``mkdocs.yml`` (``on_config`` fills the navigation,
+``on_files`` adds the generated pages, figures and the MathJax library, ``on_page_markdown`` fills
+the markers in hand-written pages) and a small CLI::
+
+    python -m rlconform.site build [--site-dir DIR] [--report report.json] [--serve]
+
+Generated pages: ``spec/<family>.md`` (every clause, anchored by its id), ``spec/errata.md``,
+``spec/defaults.md``, ``spec/gates.md``, ``contract/<family>.md`` (the Protocols), ``figures.md``,
+``conformance/reference.md`` (an audit of the bundled reference) and ``audits/<name>/index.md`` for
+each third-party audit under ``docs/audits/``. Nothing generated is committed: the spec is written once.
+
+Environment: ``RLCONFORM_AUDIT_REPORT`` names a report.json to render instead of running the suite
+(``skip`` leaves the reference audit out); ``RLCONFORM_MATHJAX_DIR`` names a MathJax 3 ``es5``
+directory to use instead of the one shipped by the ``django-static-mathjax`` package.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import html
+import importlib
+import importlib.util
+import inspect
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+REPO = Path(__file__).resolve().parents[2]
+AUDIT_ENV = "RLCONFORM_AUDIT_REPORT"
+MATHJAX_ENV = "RLCONFORM_MATHJAX_DIR"
+# What the site needs from MathJax 3's es5 build: the combined TeX->CommonHTML component, the TeX
+# extensions it autoloads, its fonts, and the menu/a11y components it loads lazily.
+MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts/woff-v2", "ui", "a11y")
+_CLAUSE_RE = re.compile(r"(?<![A-Za-z0-9-])((?:SAC|PPO|ISR|CCAPO)(?:-[A-Z0-9]+)+-\d+)(?![A-Za-z0-9-])")
+
+
+# ------------------------------------------------------------------------------------------ text
+def text(s: Any) -> str:
+    """Spec prose as Markdown: whitespace folded, HTML and emphasis characters escaped, `code` kept."""
+    s = " ".join(str(s).split())
+    return html.escape(s, quote=False).replace("*", r"\*")
+
+
+def cell(s: Any) -> str:
+    """Like :func:`text`, safe inside a table cell."""
+    return text(s).replace("|", "&#124;")
+
+
+def rel(from_page: str, to_page: str) -> str:
+    """Relative link from one docs-relative page path to another (MkDocs resolves .md links)."""
+    return os.path.relpath(to_page, os.path.dirname(from_page) or ".").replace(os.sep, "/")
+
+
+def clause_link(spec, cid: str, from_page: str, label: str | None = None) -> str:
+    if cid not in spec.clauses:
+        return f"`{cid}`"
+    return f"[{label or cid}]({rel(from_page, f'spec/{spec.clauses[cid].family}.md')}#{cid})"
+
+
+def linkify(markdown: str, spec, from_page: str) -> str:
+    """Turn every known clause id in ``markdown`` into a link to its anchor."""
+    return _CLAUSE_RE.sub(lambda m: clause_link(spec, m.group(1), from_page), markdown)
+
+
+def fmt_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(fmt_value(x) for x in v) + "]"
+    return str(v)
+
+
+def indent(block: str, n: int = 4) -> str:
+    pad = " " * n
+    return "\n".join(pad + ln if ln.strip() else "" for ln in block.splitlines())
+
+
+# -------------------------------------------------------------------------- reference functions
+def resolve_dotted(path: str) -> Any | None:
+    """Import ``a.b.c.func`` (longest importable module prefix, then attributes); None if absent."""
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for a in parts[i:]:
+                obj = getattr(obj, a)
+            return obj
+        except AttributeError:
+            return None
+    return None
+
+
+def signature(fn: Callable, name: str | None = None) -> str:
+    """``name(a: T, *, k: T = v) -> R`` with annotations as written in the source (no ``self``)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return f"{name or fn.__name__}(...)"
+    params = []
+    star_done = False
+    for p in sig.parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star_done:
+            params.append("*")
+            star_done = True
+        if p.kind is p.VAR_POSITIONAL:
+            star_done = True
+        s = ("*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else "") + p.name
+        if p.annotation is not p.empty:
+            s += f": {_annotation(p.annotation)}"
+        if p.default is not p.empty:
+            s += f" = {p.default!r}" if p.annotation is not p.empty else f"={p.default!r}"
+        params.append(s)
+    ret = f" -> {_annotation(sig.return_annotation)}" if sig.return_annotation is not sig.empty else ""
+    return f"{name or fn.__name__}({', '.join(params)}){ret}"
+
+
+def _annotation(a: Any) -> str:
+    if isinstance(a, str):
+        return a
+    return getattr(a, "__name__", None) or str(a).replace("typing.", "")
+
+
+def first_line(doc: str | None) -> str:
+    for ln in inspect.cleandoc(doc or "").splitlines():
+        if ln.strip():
+            return ln.strip()
+    return ""
+
+
+# ------------------------------------------------------------------------------- spec pages
+def tests_by_clause(marks: dict[str, tuple[str, ...]]) -> dict[str, dict[str, int]]:
+    """clause id -> {test function nodeid (parameters folded): number of collected cases}."""
+    out: dict[str, dict[str, int]] = {}
+    for nodeid, clauses in marks.items():
+        func = nodeid.split("[", 1)[0]
+        for c in clauses:
+            d = out.setdefault(c, {})
+            d[func] = d.get(func, 0) + 1
+    return out
+
+
+def _tolerance_line(tol) -> str:
+    if tol.exact:
+        return f"`{tol.name}`: {text(tol.description)}"
+    per = "; ".join(f"{d} rtol {v['rtol']:g}, atol {v['atol']:g}" for d, v in tol.per_dtype.items())
+    return f"`{tol.name}`: {text(tol.description)} ({per})"
+
+
+def _source_line(fspec, c) -> str:
+    src = c.source
+    same = src["seed"] == fspec.document.get("seed")
+    version = fspec.version if same else next(
+        (r.get("title", "") for r in fspec.related if r.get("seed") == src["seed"]), "")
+    return f"`{src['seed']}` § {text(src['section'])}" + (f" ({text(version)})" if version else "")
+
+
+def _reference_lines(c) -> list[str]:
+    out = []
+    for dotted in c.implemented_by:
+        fn = resolve_dotted(dotted)
+        if fn is None:
+            out.append(f"`{dotted}` (not importable at build time)")
+            continue
+        doc = first_line(getattr(fn, "__doc__", ""))
+        out.append(f"`{dotted}`: `{signature(fn)}`" + (f"<br>{text(doc)}" if doc else ""))
+    return out
+
+
+def clause_block(spec, fspec, c, tests: dict[str, int], page: str) -> str:
+    """One clause: anchored heading, statement, display formula, then its facts."""
+    dep = " (deprecated)" if c.deprecated else ""
+    lines = [f"### {c.id}: {text(c.title)}{dep} {{ #{c.id} }}", "",
+             f"**{c.level}** · {c.kind} · tolerance `{c.tolerance.name}`", "", text(c.statement), ""]
+    if c.formula:
+        lines += ["$$", c.formula.strip(), "$$", ""]
+    facts = [f"- **Source:** {_source_line(fspec, c)}", f"- **Tolerance:** {_tolerance_line(c.tolerance)}"]
+    if c.value:
+        facts.append("- **Default:** " + ", ".join(f"`{k}` = `{fmt_value(v)}`" for k, v in c.value.items()))
+    if c.gate:
+        g = c.gate
+        facts.append(f"- **Gate:** `{g['metric']}` {html.escape(str(g['op']))} `{fmt_value(g['threshold'])}`"
+                     f" (aggregate `{g.get('aggregate', 'last')}`)")
+    refs = _reference_lines(c)
+    if refs:
+        facts.append("- **Reference implementation:** " + ("<br>".join(refs)))
+    n = sum(tests.values())
+    facts.append(f"- **Tests:** {n} collected case(s) in {len(tests)} test function(s)" if tests
+                 else "- **Tests:** none collected")
+    lines += facts + [""]
+    if tests:
+        body = "\n".join(f"- `{f}`" + (f" ×{k}" if k > 1 else "") for f, k in sorted(tests.items()))
+        lines += [f'??? note "Tests checking {c.id}"', "", indent(body), ""]
+    if c.errata:
+        lines += ['!!! warning "Errata"', "", indent(linkify(text(c.errata), spec, page)), ""]
+    if c.notes:
+        lines += ['!!! note "Notes"', "", indent(linkify(text(c.notes), spec, page)), ""]
+    return "\n".join(lines)
+
+
+def family_page(spec, family: str, tests: dict[str, dict[str, int]], figures: list["Figure"]) -> str:
+    f = spec.families[family]
+    page = f"spec/{family}.md"
+    doc = f.document
+    n_must = sum(c.level == "MUST" for c in f.clauses)
+    n_err = sum(bool(c.errata) for c in f.clauses)
+    out = [f"# {family}: {text(f.name)}", "",
+           "!!! info \"Generated page\"", "",
+           indent(f"Generated from `spec/{family}.yaml` at build time; edit the YAML, not this page."), "",
+           f"- **Document:** {text(doc['title'])}", f"- **Version:** {text(doc['version'])}"
+           + (f" ({text(doc['date'])})" if doc.get("date") else ""),
+           f"- **Seed file:** `{doc['seed']}`"]
+    for r in f.related:
+        out.append(f"- **Related:** `{r.get('seed')}` {text(r.get('title', ''))}: {text(r.get('role', ''))}")
+    out += [f"- **Clauses:** {len(f.clauses)} ({n_must} MUST, {len(f.clauses) - n_must} SHOULD), "
+            f"{n_err} with errata; contract: [{family} operations](../contract/{family}.md)", ""]
+    if f.checklist:
+        out += ["## Grey-release checklist", ""]
+        for item in f.checklist:
+            out.append(f"- {text(item.title)}: " + ", ".join(clause_link(spec, c, page) for c in item.clauses))
+        out.append("")
+    index = ["| clause | level | kind | title |", "|---|---|---|---|"]
+    index += [f"| [{c.id}](#{c.id}) | {c.level} | {c.kind} | {cell(c.title)} |" for c in f.clauses]
+    out += [f'??? abstract "Clause index ({len(f.clauses)} clauses)"', "", indent("\n".join(index)), ""]
+    # Clauses grouped by the document section they come from, in order of first appearance.
+    groups: dict[str, list] = {}
+    for c in f.clauses:
+        groups.setdefault(c.source["section"], []).append(c)
+    for section, clauses in groups.items():
+        out += [f"## § {text(section)}", ""]
+        for c in clauses:
+            out += [clause_block(spec, f, c, tests.get(c.id, {}), page), ""]
+    figs = [fg for fg in figures if fg.family == family]
+    if figs:
+        out += ["## Figures", ""]
+        for fg in figs:
+            out += fg.markdown(page) + [""]
+    return "\n".join(out)
+
+
+def spec_index_page(spec) -> str:
+    out = ["# Specification", "",
+           "Each family's clauses are data in `spec/<family>.yaml`; these pages are generated from them at "
+           "build time. A clause's id is its anchor, so `spec/sac.md#SAC-TEMP-1` is a stable link.", "",
+           "| family | document | version | clauses | MUST | errata | defaults | gates |",
+           "|---|---|---|---|---|---|---|---|"]
+    for fam, f in spec.families.items():
+        cs = f.clauses
+        out.append(f"| [{fam}]({fam}.md) | {cell(f.document['title'])} | {cell(f.version)} | {len(cs)} | "
+                   f"{sum(c.level == 'MUST' for c in cs)} | {sum(bool(c.errata) for c in cs)} | "
+                   f"{sum(c.kind == 'default' for c in cs)} | {sum(c.kind == 'gate' for c in cs)} |")
+    out += ["", "Also: [errata](errata.md) (every place a source contradicts itself, and the reading taken), "
+            "[defaults](defaults.md), [go-live gates and SLOs](gates.md).", "",
+            "## Tolerance classes", "", "| class | description | per dtype (rtol, atol) |", "|---|---|---|"]
+    for t in spec.tolerances.values():
+        per = "; ".join(f"{d}: {v['rtol']:g}, {v['atol']:g}" for d, v in t.per_dtype.items()) or "bitwise"
+        out.append(f"| `{t.name}` | {cell(t.description)} | {per} |")
+    return "\n".join(out) + "\n"
+
+
+def errata_page(spec) -> str:
+    page = "spec/errata.md"
+    out = ["# Errata", "",
+           "Every clause whose sources contradict each other or are ambiguous carries an errata note: "
+           "what the sources say, the reading the clause takes, and why. Generated from the `errata` "
+           "fields of `spec/*.yaml`.", ""]
+    for fam, f in spec.families.items():
+        rows = [c for c in f.clauses if c.errata]
+        if not rows:
+            continue
+        out += [f"## {fam} ({text(f.version)})", "", "| clause | source | what the sources say, and the reading taken |",
+                "|---|---|---|"]
+        for c in rows:
+            out.append(f"| {clause_link(spec, c.id, page)}<br>{cell(c.title)} | `{c.source['seed']}` § "
+                       f"{cell(c.source['section'])} | {linkify(cell(c.errata), spec, page)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def defaults_page(spec) -> str:
+    page = "spec/defaults.md"
+    out = ["# Defaults", "",
+           "Default hyper-parameters are clauses of kind `default`; each maps keys of the family's "
+           "`defaults()` operation to values, and `test_defaults_and_gates.py` checks an implementation's "
+           "`defaults()` against them.", ""]
+    for fam, f in spec.families.items():
+        rows = [c for c in f.clauses if c.kind == "default"]
+        if not rows:
+            continue
+        out += [f"## {fam}", "", "| clause | key | value | level | title |", "|---|---|---|---|---|"]
+        for c in rows:
+            for k, v in (c.value or {}).items():
+                out.append(f"| {clause_link(spec, c.id, page)} | `{k}` | `{fmt_value(v)}` | {c.level} | {cell(c.title)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def gates_page(spec) -> str:
+    page = "spec/gates.md"
+    out = ["# Go-live gates and SLOs", "",
+           "Gate clauses are thresholds on the metrics a trainer writes to `metrics.jsonl` (one JSON object "
+           "per update). `rlconform gate RUN/metrics.jsonl` aggregates each metric as the clause says and "
+           "compares it with the threshold; MUST gates fail the command, SHOULD gates fail it with `--strict`.", ""]
+    for fam, f in spec.families.items():
+        rows = [c for c in f.clauses if c.kind == "gate"]
+        if not rows:
+            continue
+        out += [f"## {fam}", "", "| clause | metric | condition | aggregate | level | statement |",
+                "|---|---|---|---|---|---|"]
+        for c in rows:
+            g = c.gate
+            out.append(f"| {clause_link(spec, c.id, page)} | `{g['metric']}` | {html.escape(str(g['op']))} "
+                       f"`{fmt_value(g['threshold'])}` | `{g.get('aggregate', 'last')}` | {c.level} | {cell(c.statement)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------ contract pages
+def contract_families() -> list[str]:
+    from conformance_tests import contract
+
+    return [f for f in contract.FAMILIES if contract.available(f)]
+
+
+def contract_page(family: str) -> str:
+    from conformance_tests import contract
+
+    proto = contract.protocol(family)
+    mod = sys.modules[proto.__module__]
+    out = [f"# {family} contract", "",
+           f"The operations an implementation's `impl.{family}` namespace may provide, rendered from "
+           f"`{proto.__module__}.{proto.__name__}`. Each is a plain function (no `self`); an operation you "
+           "leave out makes its clauses *not applicable*, never failed.", ""]
+    if mod.__doc__:
+        out += [_doc_block(mod.__doc__), ""]
+    names = contract.op_names(family)
+    out += ["| operation | summary |", "|---|---|"]
+    out += [f"| [`{n}`](#{n}) | {cell(first_line(getattr(proto, n).__doc__))} |" for n in names]
+    out.append("")
+    for n in names:
+        fn = getattr(proto, n)
+        out += [f"## `{n}` {{ #{n} }}", "", "```python", f"def {signature(fn, n)}", "```", "",
+                _doc_block(fn.__doc__ or ""), ""]
+    return "\n".join(out)
+
+
+def _doc_block(doc: str) -> str:
+    """A docstring as Markdown paragraphs (escaped; double-backtick code becomes single)."""
+    paras = re.split(r"\n\s*\n", inspect.cleandoc(doc))
+    return "\n\n".join(text(p.replace("``", "`")) for p in paras if p.strip())
+
+
+# ------------------------------------------------------------------------------------ figures
+@dataclasses.dataclass
+class Figure:
+    name: str
+    family: str
+    title: str
+    caption: str
+    png: bytes | None = None
+    note: str = ""
+
+    @property
+    def path(self) -> str:
+        return f"figures/{self.name}.png"
+
+    def markdown(self, from_page: str) -> list[str]:
+        if self.png is None:
+            return [f"**{self.title}**: not drawn ({text(self.note)})."]
+        return [f"![{self.title}]({rel(from_page, self.path)})", "", f"*{text(self.caption)}*"]
+
+
+def _ref(family: str, *names: str):
+    """Reference operations of a family, or None when the family (or one op) is not there yet."""
+    if importlib.util.find_spec(f"reference_impl.{family}") is None:
+        return None
+    mod = importlib.import_module(f"reference_impl.{family}")
+    ops = [getattr(mod, n, None) for n in names]
+    return None if any(o is None for o in ops) else ops
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figure_sac_top_p(plt, torch) -> bytes | None:
+    ops = _ref("sac", "masked_softmax", "top_p_select")
+    if ops is None:
+        return None
+    masked_softmax, top_p_select = ops
+    p = 0.9
+    logits = torch.tensor([[2.2, -0.4, 1.1, 3.0, 0.3, -1.2, 1.6, 0.8, 2.6, -0.2, 0.5, 1.9]], dtype=torch.float64)
+    legal = torch.tensor([[True, True, False, True, True, True, True, False, False, True, True, True]])
+    probs = masked_softmax(logits, legal)[0]
+    sel = top_p_select(probs[None], legal, p=p)[0]
+    order = sorted(range(len(probs)), key=lambda i: (not bool(legal[0, i]), -float(probs[i])))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    colors = ["#3949ab" if sel[i] else ("#9fa8da" if legal[0, i] else "#bdbdbd") for i in order]
+    ax.bar(range(len(order)), [float(probs[i]) for i in order], color=colors)
+    ax.set_xticks(range(len(order)), [f"a{i}" for i in order], fontsize=8)
+    ax.set_ylabel("π(a|o)")
+    ax.set_title("masked softmax: Top-p set (dark), legal (light), illegal (grey, ε)")
+    legal_sorted = [i for i in order if legal[0, i]]
+    cum = torch.cumsum(torch.stack([probs[i] for i in legal_sorted]), 0)
+    ax2.step(range(1, len(cum) + 1), cum.numpy(), where="mid", color="#3949ab", label="cumulative legal mass")
+    ax2.axhline(p, color="#e53935", ls="--", label=f"p = {p}")
+    ax2.axvline(int(sel.sum()), color="#757575", ls=":", label=f"|P| = {int(sel.sum())}")
+    ax2.set_xlabel("legal actions, most probable first")
+    ax2.set_ylim(0, 1.05)
+    ax2.legend(loc="lower right", fontsize=8)
+    ax2.set_title("Top-p coverage")
+    return _png(fig)
+
+
+def figure_isr_weights(plt, torch) -> bytes | None:
+    ops = _ref("isreshape", "reshape_weight", "sapo_weight")
+    if ops is None:
+        return None
+    reshape_weight, sapo_weight = ops
+    r = torch.linspace(0.01, 4.0, 400, dtype=torch.float64)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
+    for g in (0.0, 0.25, 0.5, 0.75, 1.0):
+        axes[0].plot(r, reshape_weight(r, g, tau=1.0), label=f"γ = {g:g}")
+    axes[0].set_title("w_γ(r), τ = 1")
+    for tau in (0.5, 1.0, 2.0, 4.0):
+        axes[1].plot(r, reshape_weight(r, 0.75, tau=tau), label=f"τ = {tau:g}")
+    axes[1].set_title("w_γ(r), γ = 0.75")
+    axes[2].plot(r, sapo_weight(r, tau=1.0), label="SAPO r·sech²(τ(r−1)/2), τ = 1", color="#3949ab")
+    ppo = ppo_clip_weight(torch, r)
+    if ppo is not None:
+        axes[2].plot(r, ppo[0], label="PPO-clip, A > 0 (ε = 0.2)", color="#e53935", ls="--")
+        axes[2].plot(r, ppo[1], label="PPO-clip, A < 0 (ε = 0.2)", color="#fb8c00", ls=":")
+    axes[2].set_title("reference points")
+    for ax in axes:
+        ax.set_xlabel("r = π/μ")
+        ax.axvline(1.0, color="#bdbdbd", lw=0.8)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("gradient weight")
+    return _png(fig)
+
+
+def ppo_clip_weight(torch, r):
+    """PPO-clip's effective gradient weight d(surrogate)/d(log π)/A, by autograd on the reference loss."""
+    ops = _ref("ppo", "clipped_surrogate") or _ref("ppo", "policy_loss")
+    if ops is None:
+        return None
+    loss_fn = ops[0]
+    out = []
+    for sign in (1.0, -1.0):
+        logp = torch.log(r).clone().requires_grad_(True)
+        old = torch.zeros_like(r)
+        adv = torch.full_like(r, sign)
+        try:
+            loss = _call_ppo_loss(loss_fn, logp, old, adv)
+        except Exception:  # the PPO op's signature is not one we know: leave the curve out
+            return None
+        (g,) = torch.autograd.grad(loss * len(r), logp)
+        out.append((-g / adv).detach())
+    return out
+
+
+def _call_ppo_loss(loss_fn, logp, old, adv):
+    params = inspect.signature(loss_fn).parameters
+    kw = {k: v for k, v in {"clip_eps": 0.2, "eps": 0.2, "clip": 0.2}.items() if k in params}
+    loss = loss_fn(logp, old, adv, **kw)
+    if isinstance(loss, dict):
+        loss = loss.get("loss_policy", loss.get("loss"))
+    elif isinstance(loss, tuple):
+        loss = loss[0]
+    return loss.sum() if loss.dim() else loss
+
+
+def figure_isr_f(plt, torch) -> bytes | None:
+    ops = _ref("isreshape", "reshape_f")
+    if ops is None:
+        return None
+    (reshape_f,) = ops
+    r = torch.linspace(0.05, 4.0, 400, dtype=torch.float64)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for g in (0.0, 0.25, 0.5, 0.75, 1.0):
+        axes[0].plot(r, reshape_f(r, g, tau=1.0), label=f"γ = {g:g}")
+    axes[0].set_title("f_γ(r), τ = 1")
+    for tau in (0.5, 1.0, 2.0, 4.0):
+        axes[1].plot(r, reshape_f(r, 1.0, tau=tau), label=f"τ = {tau:g}")
+    axes[1].set_title("f_1(r) = (2/τ)·tanh(τ(r−1)/2)")
+    for ax in axes:
+        ax.set_xlabel("r = π/μ")
+        ax.axhline(0, color="#bdbdbd", lw=0.8)
+        ax.axvline(1.0, color="#bdbdbd", lw=0.8)
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def figure_ccapo_q(plt, torch) -> bytes | None:
+    ops = _ref("ccapo", "q_stdb")
+    if ops is None:
+        return None
+    (q_stdb,) = ops
+    n_max = 40
+    total = torch.arange(1, n_max + 1, dtype=torch.float64)
+    succ = torch.arange(0, n_max + 1, dtype=torch.float64)
+    T, S = torch.meshgrid(total, succ, indexing="xy")
+    try:
+        q = _call_q_stdb(q_stdb, S, T)
+    except Exception:  # an unfamiliar signature: skip rather than guess
+        return None
+    q = torch.where(S <= T, q, torch.full_like(q, float("nan")))
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    im = ax.imshow(q.T.numpy(), origin="lower", aspect="auto", extent=(0.5, n_max + 0.5, -0.5, n_max + 0.5),
+                   cmap="viridis", vmin=0, vmax=1)
+    fig.colorbar(im, ax=ax, label="Q_STDB(E)")
+    ax.set_xlabel("N_total(E)")
+    ax.set_ylabel("N_succ(E)")
+    ax.set_title("Q_STDB over an edge's counts (global success rate 0.5, d_goal = 0)")
+    return _png(fig)
+
+
+def _call_q_stdb(q_stdb, succ, total):
+    params = inspect.signature(q_stdb).parameters
+    names = list(params)
+    kw = {}
+    for k, v in {"global_succ": 500.0, "n_succ_total": 500.0, "global_total": 1000.0, "n_total_global": 1000.0,
+                 "d_goal": torch_zeros_like(succ), "distance": torch_zeros_like(succ)}.items():
+        if k in params:
+            kw[k] = v
+    return q_stdb(succ, total, **{k: v for k, v in kw.items() if k not in names[:2]})
+
+
+def torch_zeros_like(x):
+    return x * 0
+
+
+FIGURES: tuple[tuple[str, str, str, str, Callable], ...] = (
+    ("sac-top-p", "sac", "Masked softmax and Top-p coverage",
+     "A 12-action row with three illegal actions: the policy after shifting, filling and ε-clipping, and the "
+     "smallest legal set whose mass reaches p = 0.9 (reference masked_softmax and top_p_select).",
+     figure_sac_top_p),
+    ("isreshape-w", "isreshape", "IS-Reshape gradient weight w_γ(r)",
+     "w_γ(r) = (1−γ) + γ·r·sech²(τ(r−1)/2) for several γ and τ, beside SAPO's weight and PPO-clip's effective "
+     "weight (which drops to zero outside the trust region on the side the advantage pushes).",
+     figure_isr_weights),
+    ("isreshape-f", "isreshape", "IS-Reshape objective f_γ(r)",
+     "The closed form f_γ(r) = (1−γ)·log r + γ·(2/τ)·tanh(τ(r−1)/2) whose r·f′(r) is w_γ(r).", figure_isr_f),
+    ("ccapo-q-stdb", "ccapo", "CCAPO edge score Q_STDB",
+     "Q_STDB = σ(log(I·(1+λC)·D)) over an edge's success and visit counts, with the Bayesian-smoothed I(E).",
+     figure_ccapo_q),
+)
+
+
+def make_figures() -> list[Figure]:
+    """Draw every figure whose reference functions exist; the others carry a note saying why not."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    plt.rcParams.update({"font.size": 9, "svg.hashsalt": "rlconform"})
+    out = []
+    for name, fam, title, caption, draw in FIGURES:
+        png = draw(plt, torch)
+        note = "" if png is not None else f"the reference `{fam}` functions it plots are not available in this build"
+        out.append(Figure(name, fam, title, caption, png, note))
+    return out
+
+
+def figures_page(figures: list[Figure]) -> str:
+    out = ["# Figures", "", "Drawn at build time with matplotlib by calling the reference implementation's own "
+           "functions, so a figure always shows what the code computes.", ""]
+    for fg in figures:
+        out += [f"## {fg.title}", ""] + fg.markdown("figures.md") + [""]
+    return "\n".join(out)
+
+
+# -------------------------------------------------------------------------------- audit pages
+_AUDIT_CACHE: dict[str, Any] = {}
+
+
+def reference_report() -> tuple[dict | None, str]:
+    """The reference audit: the report named by $RLCONFORM_AUDIT_REPORT, else a fresh in-process run."""
+    src = os.environ.get(AUDIT_ENV, "")
+    if src.lower() == "skip":
+        return None, f"the reference audit was not run for this build (${AUDIT_ENV}=skip)"
+    if src:
+        return json.loads(Path(src).read_text(encoding="utf-8")), f"rendered from `{Path(src).name}`"
+    if "report" not in _AUDIT_CACHE:
+        from rlconform.audit import clause_report, run_suite
+
+        _AUDIT_CACHE["report"] = clause_report(run_suite(quiet=True))
+    return _AUDIT_CACHE["report"], "run at build time (`run_suite(quiet=True)`, profile `ci`)"
+
+
+def checklist_markdown(report: dict, spec, page: str) -> str:
+    """render_checklist's Markdown, one heading level down, clause ids linked to their anchors."""
+    from rlconform.audit import render_checklist
+
+    md = render_checklist(report, spec)
+    md = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
+    md = md.split("\n", 1)[1] if md.startswith("## rlconform audit") else md
+    return linkify(md, spec, page)
+
+
+def reference_audit_page(spec) -> str:
+    page = "conformance/reference.md"
+    report, how = reference_report()
+    out = ["# Reference implementation", "",
+           "The bundled torch reference (`reference_impl:make`) audited by the suite, clause by clause. "
+           f"This report was {how}. Reproduce it with `rlconform audit --out audit/`.", ""]
+    if report is None:
+        return "\n".join(out)
+    return "\n".join(out) + "\n" + checklist_markdown(report, spec, page)
+
+
+def third_party_audits(docs_dir: Path) -> list[Path]:
+    root = docs_dir / "audits"
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def third_party_audit_page(spec, adir: Path) -> str:
+    page = f"audits/{adir.name}/index.md"
+    readme, checklist, rj = adir / "README.md", adir / "checklist.md", adir / "report.json"
+    out = []
+    if readme.exists():
+        out += [readme.read_text(encoding="utf-8").strip(), ""]
+    else:
+        out += [f"# Audit: {adir.name}", ""]
+    if rj.exists():
+        report = json.loads(rj.read_text(encoding="utf-8"))
+        out += ["## Checklist", "", f"Rendered from [report.json](report.json).", "",
+                checklist_markdown(report, spec, page)]
+    elif checklist.exists():
+        out += ["## Checklist", "", linkify(checklist.read_text(encoding="utf-8"), spec, page)]
+    return "\n".join(out) + "\n"
+
+
+def conformance_index(audits: list[Path]) -> str:
+    out = ["# Conformance", "", "Audits run with `rlconform audit`: the clause-by-clause verdict and the "
+           "grey-release checklist.", "", "- [Reference implementation](reference.md)"]
+    out += [f"- [{a.name}](../audits/{a.name}/index.md)" for a in audits]
+    return "\n".join(out) + "\n"
+
+
+def results_pages(docs_dir: Path) -> list[str]:
+    root = docs_dir / "results"
+    return sorted(str(p.relative_to(docs_dir)).replace(os.sep, "/") for p in root.glob("*/results.md")) if root.is_dir() else []
+
+
+# -------------------------------------------------------------------------------- generated markers
+def families_table(spec) -> str:
+    rows = ["| family | document | version | clauses |", "|---|---|---|---|"]
+    for fam, f in spec.families.items():
+        rows.append(f"| [{fam}](spec/{fam}.md) | {cell(f.document['title'])} | {cell(f.version)} | {len(f.clauses)} |")
+    return "\n".join(rows)
+
+
+def cli_help() -> str:
+    """`rlconform --help` and every subcommand's help, as written by argparse."""
+    from rlconform.cli import build_parser
+
+    parser = build_parser()
+    blocks = []
+
+    def walk(p: argparse.ArgumentParser) -> None:
+        p.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=96)
+        blocks.append((p.prog, p.format_help()))
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in dict.fromkeys(action.choices.values()):
+                    walk(sub)
+
+    walk(parser)
+    return "\n".join(f"### `{prog}`\n\n```text\n{help_.rstrip()}\n```\n" for prog, help_ in blocks)
+
+
+MARKERS: dict[str, Callable[[Any], str]] = {
+    "<!-- rlconform:families -->": families_table,
+    "<!-- rlconform:cli-help -->": lambda spec: cli_help(),
+}
+
+
+# ------------------------------------------------------------------------------------- MathJax
+def mathjax_dir() -> Path:
+    """MathJax 3's es5 directory: $RLCONFORM_MATHJAX_DIR, else the django-static-mathjax package's copy."""
+    env = os.environ.get(MATHJAX_ENV)
+    candidates = [Path(env)] if env else []
+    spec = importlib.util.find_spec("mathjax")
+    if spec and spec.origin:
+        candidates.append(Path(spec.origin).parent / "static" / "mathjax" / "es5")
+    for c in candidates:
+        if (c / "tex-chtml.js").is_file():
+            return c
+    raise RuntimeError(
+        "MathJax 3 not found: `pip install django-static-mathjax` (it ships MathJax's es5 build; "
+        f"it is in rlconform's `docs` extra), or point ${MATHJAX_ENV} at an es5 directory "
+        "(e.g. from `npm pack mathjax@3`).")
+
+
+def mathjax_files(root: Path) -> Iterable[tuple[str, Path]]:
+    for part in MATHJAX_PARTS:
+        p = root / part
+        paths = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file())
+        for q in paths:
+            yield "assets/mathjax/" + str(q.relative_to(root)).replace(os.sep, "/"), q
+
+
+# ----------------------------------------------------------------------------------- the hooks
+def _nav_sections(docs_dir: Path) -> dict[str, list]:
+    from rlconform.spec import load_spec
+
+    spec = load_spec()
+    audits = third_party_audits(docs_dir)
+    spec_nav = [{"Overview": "spec/index.md"}] + [{f: f"spec/{f}.md"} for f in spec.families] + [
+        {"Errata": "spec/errata.md"}, {"Defaults": "spec/defaults.md"}, {"Gates and SLOs": "spec/gates.md"}]
+    conf_nav = [{"Overview": "conformance/index.md"}, {"Reference implementation": "conformance/reference.md"}]
+    conf_nav += [{a.name: f"audits/{a.name}/index.md"} for a in audits]
+    results_nav = [{p.split("/")[1]: p} for p in results_pages(docs_dir)]
+    return {
+        "Specification": spec_nav,
+        "Contract": [{f: f"contract/{f}.md"} for f in contract_families()],
+        "Conformance": conf_nav,
+        "Results": results_nav,
+    }
+
+
+def on_config(config, **kwargs):
+    """Fill the nav sections left empty in mkdocs.yml from what exists at build time."""
+    docs_dir = Path(config["docs_dir"])
+    sections = _nav_sections(docs_dir)
+    nav = []
+    for entry in config["nav"] or []:
+        if isinstance(entry, dict) and len(entry) == 1:
+            (title, value), = entry.items()
+            if title in sections and not value:
+                if sections[title]:
+                    nav.append({title: sections[title]})
+                continue
+            if title == "Guide" and (docs_dir / "guide" / "stdb-postgresql.md").exists():
+                value = list(value) + [{"STDB on PostgreSQL": "guide/stdb-postgresql.md"}]
+                entry = {title: value}
+        nav.append(entry)
+    config["nav"] = nav
+    return config
+
+
+def generated_pages(docs_dir: Path) -> tuple[dict[str, str | bytes], list[str]]:
+    """Every generated file (docs-relative path -> content) and the source pages they replace."""
+    from rlconform.coverage import collect_clause_marks
+    from rlconform.spec import load_spec
+
+    spec = load_spec()
+    marks, _, _ = collect_clause_marks()
+    tests = tests_by_clause(marks)
+    figures = make_figures()
+    pages: dict[str, str | bytes] = {
+        "spec/index.md": spec_index_page(spec),
+        "spec/errata.md": errata_page(spec),
+        "spec/defaults.md": defaults_page(spec),
+        "spec/gates.md": gates_page(spec),
+        "figures.md": figures_page(figures),
+        "conformance/reference.md": reference_audit_page(spec),
+    }
+    for fam in spec.families:
+        pages[f"spec/{fam}.md"] = family_page(spec, fam, tests, figures)
+    for fam in contract_families():
+        pages[f"contract/{fam}.md"] = contract_page(fam)
+    for fg in figures:
+        if fg.png is not None:
+            pages[fg.path] = fg.png
+    audits = third_party_audits(docs_dir)
+    replaced = []
+    for a in audits:
+        pages[f"audits/{a.name}/index.md"] = third_party_audit_page(spec, a)
+        replaced.append(f"audits/{a.name}/README.md")
+    pages["conformance/index.md"] = conformance_index(audits)
+    return pages, replaced
+
+
+def on_files(files, config, **kwargs):
+    from mkdocs.structure.files import File
+
+    docs_dir = Path(config["docs_dir"])
+    pages, replaced = generated_pages(docs_dir)
+    for uri in replaced:
+        f = files.get_file_from_path(uri)
+        if f is not None:
+            files.remove(f)
+    for uri, content in pages.items():
+        old = files.get_file_from_path(uri)
+        if old is not None:  # a committed copy of a generated page would be written twice: ours wins
+            files.remove(old)
+        files.append(File.generated(config, uri, content=content))
+    for uri, path in mathjax_files(mathjax_dir()):
+        files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    if "<!-- rlconform:" not in markdown:
+        return markdown
+    from rlconform.spec import load_spec
+
+    spec = load_spec()
+    for marker, render in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, render(spec))
+    return markdown
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def build(site_dir: str | None = None, *, report: str | None = None, serve: bool = False,
+          strict: bool = True) -> int:
+    """Run ``mkdocs build`` (or ``serve``) on the repository's mkdocs.yml in a child process."""
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    if report:
+        env[AUDIT_ENV] = str(Path(report).resolve())
+    cmd = [sys.executable, "-m", "mkdocs", "serve" if serve else "build", "-f", str(REPO / "mkdocs.yml")]
+    if strict:
+        cmd.append("--strict")
+    if site_dir and not serve:
+        cmd += ["--site-dir", str(Path(site_dir).resolve())]
+    return subprocess.call(cmd, cwd=REPO, env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rlconform.site", description="Build the rlconform docs site.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="generate the pages and run mkdocs build --strict")
+    b.add_argument("--site-dir", default=None, help="output directory (default: site/)")
+    b.add_argument("--report", default=None, help=f"render this report.json instead of auditing the reference (sets ${AUDIT_ENV})")
+    b.add_argument("--serve", action="store_true", help="serve with live reload instead of building")
+    args = p.parse_args(argv)
+    return build(args.site_dir, report=args.report, serve=args.serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
