@@ -103,6 +103,21 @@ def repro_snippet(calls: Iterable[tuple[str, tuple, dict]] | None = None, limit:
 
 
 # ----------------------------------------------------------------------------- the proxy
+def _to_device(x: Any) -> Any:
+    """Move tensor arguments to the session's --device (autograd still reaches the CPU leaves)."""
+    dev = _STATE["device"]
+    if dev == "cpu":
+        return x
+    if isinstance(x, torch.Tensor):
+        return x.to(dev)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_device(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_device(v) for k, v in x.items()}
+    return x
+
+
+
 class FamilyProxy:
     """Attribute access returns a recording wrapper around the implementation's operation."""
 
@@ -120,7 +135,7 @@ class FamilyProxy:
 
         def call(*args, **kwargs):
             _STATE["calls"].append((name, args, kwargs))
-            return fn(*args, **kwargs)
+            return fn(*_to_device(args), **_to_device(kwargs))
 
         call.__name__ = op
         return call
@@ -143,7 +158,7 @@ class FamilyProxy:
         def call(*args, **kwargs):
             _STATE["calls"].append((name, args, kwargs))
             try:
-                return fn(*args, **kwargs)
+                return fn(*_to_device(args), **_to_device(kwargs))
             except Exception as e:  # noqa: BLE001 - any exception from the implementation is an error
                 raise ImplementationError(f"{describe_call((name, args, kwargs))} raised {type(e).__name__}: {e}") from e
 
