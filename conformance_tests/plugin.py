@@ -237,8 +237,13 @@ def pytest_report_header(config):
     spec = default_spec()
     impl_str = resolve_impl_string(config.getoption("--impl"))
     versions = ", ".join(f"{k} {v}" for k, v in spec.versions().items())
+    try:
+        obj = load_impl(impl_str)
+        named = f"{getattr(obj, 'name', '?')} {getattr(obj, 'version', '?')}"
+    except ImplSpecError as e:
+        named = f"unloadable ({e})"
     return [
-        f"rlconform: impl={impl_str} device={config.getoption('--device')} profile={config.getoption('--profile')}",
+        f"rlconform: impl={impl_str} ({named}) device={config.getoption('--device')} profile={config.getoption('--profile')}",
         f"rlconform: spec {versions}",
     ]
 
