@@ -1,4 +1,4 @@
-"""``rlconform``: audit an implementation, inspect the spec, run mutants, check gates, train, bench."""
+"""rlconform: audit an implementation, inspect the spec, run mutants, check gates, train, bench."""
 from __future__ import annotations
 
 import argparse

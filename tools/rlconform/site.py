@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -42,15 +43,31 @@ _CLAUSE_RE = re.compile(r"(?<![A-Za-z0-9-])((?:SAC|PPO|ISR|CCAPO)(?:-[A-Z0-9]+)+
 
 
 # ------------------------------------------------------------------------------------------ text
-def text(s: Any) -> str:
-    """Spec prose as Markdown: whitespace folded, HTML and emphasis characters escaped, `code` kept."""
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def _outside_code(s: str, fn: Callable[[str], str]) -> str:
+    """Apply ``fn`` to the parts of ``s`` that are not `code spans` (those Markdown escapes itself)."""
+    out, pos = [], 0
+    for m in _CODE_SPAN.finditer(s):
+        out += [fn(s[pos:m.start()]), m.group(0)]
+        pos = m.end()
+    return "".join(out + [fn(s[pos:])])
+
+
+def text(s: Any, *, emphasis: bool = False) -> str:
+    """Prose as Markdown: whitespace folded, HTML escaped (and ``*`` unless ``emphasis``), `code` kept."""
     s = " ".join(str(s).split())
-    return html.escape(s, quote=False).replace("*", r"\*")
+    def esc(t: str) -> str:
+        t = html.escape(t, quote=False).replace("[", r"\[").replace("]", r"\]")  # "[B] (x)" is no link
+        return t if emphasis else t.replace("*", r"\*")
+
+    return _outside_code(s, esc)
 
 
-def cell(s: Any) -> str:
+def cell(s: Any, **kw) -> str:
     """Like :func:`text`, safe inside a table cell."""
-    return text(s).replace("|", "&#124;")
+    return _outside_code(text(s, **kw), lambda t: t.replace("|", "&#124;"))
 
 
 def rel(from_page: str, to_page: str) -> str:
@@ -58,15 +75,24 @@ def rel(from_page: str, to_page: str) -> str:
     return os.path.relpath(to_page, os.path.dirname(from_page) or ".").replace(os.sep, "/")
 
 
-def clause_link(spec, cid: str, from_page: str, label: str | None = None) -> str:
+def clause_link(spec, cid: str, from_page: str) -> str:
     if cid not in spec.clauses:
         return f"`{cid}`"
-    return f"[{label or cid}]({rel(from_page, f'spec/{spec.clauses[cid].family}.md')}#{cid})"
+    return f"[{cid}]({rel(from_page, f'spec/{spec.clauses[cid].family}.md')}#{cid})"
 
 
 def linkify(markdown: str, spec, from_page: str) -> str:
-    """Turn every known clause id in ``markdown`` into a link to its anchor."""
-    return _CLAUSE_RE.sub(lambda m: clause_link(spec, m.group(1), from_page), markdown)
+    """Turn every known clause id in ``markdown`` (outside code spans) into a link to its anchor."""
+    def link(m: re.Match) -> str:
+        return clause_link(spec, m.group(1), from_page) if m.group(1) in spec.clauses else m.group(0)
+
+    return _outside_code(markdown, lambda t: _CLAUSE_RE.sub(link, t))
+
+
+def linkify_document(markdown: str, spec, from_page: str) -> str:
+    """:func:`linkify` for a whole Markdown document: fenced code blocks are left alone."""
+    parts = re.split(r"(^(?:```|~~~).*?^(?:```|~~~)[^\n]*$)", markdown, flags=re.M | re.S)
+    return "".join(p if i % 2 else linkify(p, spec, from_page) for i, p in enumerate(parts))
 
 
 def fmt_value(v: Any) -> str:
@@ -174,7 +200,11 @@ def _reference_lines(c) -> list[str]:
             out.append(f"`{dotted}` (not importable at build time)")
             continue
         doc = first_line(getattr(fn, "__doc__", ""))
-        out.append(f"`{dotted}`: `{signature(fn)}`" + (f"<br>{text(doc)}" if doc else ""))
+        if re.search(r"\\[a-zA-Z]+", doc) and "`" not in doc:  # a LaTeX formula: show it verbatim
+            doc_md = f"`{doc}`"
+        else:
+            doc_md = text(doc)
+        out.append(f"`{dotted}`: `{signature(fn)}`" + (f"<br>{doc_md}" if doc else ""))
     return out
 
 
@@ -274,7 +304,8 @@ def errata_page(spec) -> str:
     out = ["# Errata", "",
            "Every clause whose sources contradict each other or are ambiguous carries an errata note: "
            "what the sources say, the reading the clause takes, and why. Generated from the `errata` "
-           "fields of `spec/*.yaml`.", ""]
+           "fields of `spec/*.yaml`. Sources are cited as the seed document's number and its original "
+           "section heading.", ""]
     for fam, f in spec.families.items():
         rows = [c for c in f.clauses if c.errata]
         if not rows:
@@ -282,7 +313,7 @@ def errata_page(spec) -> str:
         out += [f"## {fam} ({text(f.version)})", "", "| clause | source | what the sources say, and the reading taken |",
                 "|---|---|---|"]
         for c in rows:
-            out.append(f"| {clause_link(spec, c.id, page)}<br>{cell(c.title)} | `{c.source['seed']}` § "
+            out.append(f"| {clause_link(spec, c.id, page)}<br>{cell(c.title)} | `{c.source['seed'][:3]}` § "
                        f"{cell(c.source['section'])} | {linkify(cell(c.errata), spec, page)} |")
         out.append("")
     return "\n".join(out)
@@ -346,7 +377,7 @@ def contract_page(family: str) -> str:
         out += [_doc_block(mod.__doc__), ""]
     names = contract.op_names(family)
     out += ["| operation | summary |", "|---|---|"]
-    out += [f"| [`{n}`](#{n}) | {cell(first_line(getattr(proto, n).__doc__))} |" for n in names]
+    out += [f"| [`{n}`](#{n}) | {_summary(getattr(proto, n).__doc__)} |" for n in names]
     out.append("")
     for n in names:
         fn = getattr(proto, n)
@@ -356,9 +387,27 @@ def contract_page(family: str) -> str:
 
 
 def _doc_block(doc: str) -> str:
-    """A docstring as Markdown paragraphs (escaped; double-backtick code becomes single)."""
-    paras = re.split(r"\n\s*\n", inspect.cleandoc(doc))
-    return "\n\n".join(text(p.replace("``", "`")) for p in paras if p.strip())
+    """A docstring as Markdown paragraphs (``code`` becomes `code`; *emphasis* is kept)."""
+    out = []
+    for p in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
+        lines = [ln for ln in p.splitlines() if ln.strip()]
+        if not lines:
+            continue
+        if all(ln[:1].isspace() for ln in lines):  # an indented (reST literal) block
+            out.append("```python\n" + textwrap.dedent(p.strip("\n")) + "\n```")
+        else:
+            out.append(text(re.sub(r"::$", ":", p.rstrip()).replace("``", "`"), emphasis=True))
+    return "\n\n".join(out)
+
+
+def _summary(doc: str | None, limit: int = 150) -> str:
+    """The docstring's first paragraph, cut at a word boundary."""
+    para = " ".join(re.split(r"\n\s*\n", inspect.cleandoc(doc or ""))[0].split()).replace("``", "`")
+    if len(para) > limit:
+        para = para[:limit].rsplit(" ", 1)[0] + " …"
+        if para.count("`") % 2:
+            para = para.replace(" …", "` …")
+    return cell(para, emphasis=True)
 
 
 # ------------------------------------------------------------------------------------ figures
@@ -456,34 +505,20 @@ def figure_isr_weights(plt, torch) -> bytes | None:
 
 
 def ppo_clip_weight(torch, r):
-    """PPO-clip's effective gradient weight d(surrogate)/d(log π)/A, by autograd on the reference loss."""
-    ops = _ref("ppo", "clipped_surrogate") or _ref("ppo", "policy_loss")
+    """PPO-clip's effective weight: −∂loss/∂log π divided by A (per sample), by autograd on the
+    reference ``ppo.clipped_policy_loss``; None when the ppo family is not there."""
+    ops = _ref("ppo", "clipped_policy_loss")
     if ops is None:
         return None
-    loss_fn = ops[0]
+    (loss_fn,) = ops
     out = []
     for sign in (1.0, -1.0):
         logp = torch.log(r).clone().requires_grad_(True)
-        old = torch.zeros_like(r)
         adv = torch.full_like(r, sign)
-        try:
-            loss = _call_ppo_loss(loss_fn, logp, old, adv)
-        except Exception:  # the PPO op's signature is not one we know: leave the curve out
-            return None
-        (g,) = torch.autograd.grad(loss * len(r), logp)
+        loss = loss_fn(torch.exp(logp), adv, clip_eps=0.2)
+        (g,) = torch.autograd.grad(loss.sum() * len(r) if loss.dim() == 0 else loss.sum(), logp)
         out.append((-g / adv).detach())
     return out
-
-
-def _call_ppo_loss(loss_fn, logp, old, adv):
-    params = inspect.signature(loss_fn).parameters
-    kw = {k: v for k, v in {"clip_eps": 0.2, "eps": 0.2, "clip": 0.2}.items() if k in params}
-    loss = loss_fn(logp, old, adv, **kw)
-    if isinstance(loss, dict):
-        loss = loss.get("loss_policy", loss.get("loss"))
-    elif isinstance(loss, tuple):
-        loss = loss[0]
-    return loss.sum() if loss.dim() else loss
 
 
 def figure_isr_f(plt, torch) -> bytes | None:
@@ -508,42 +543,38 @@ def figure_isr_f(plt, torch) -> bytes | None:
 
 
 def figure_ccapo_q(plt, torch) -> bytes | None:
-    ops = _ref("ccapo", "q_stdb")
+    ops = _ref("ccapo", "importance", "criticality", "distance_decay", "q_stdb")
     if ops is None:
         return None
-    (q_stdb,) = ops
+    importance, criticality, distance_decay, q_stdb = ops
+    g_succ, g_total = 500.0, 1000.0  # a global success rate of 0.5
+
+    def q(n_succ, n_total, d_goal):
+        return q_stdb(importance(n_succ, n_total), criticality(n_succ, n_total, g_succ, g_total),
+                      distance_decay(d_goal), lam=1.0)
+
     n_max = 40
-    total = torch.arange(1, n_max + 1, dtype=torch.float64)
-    succ = torch.arange(0, n_max + 1, dtype=torch.float64)
-    T, S = torch.meshgrid(total, succ, indexing="xy")
-    try:
-        q = _call_q_stdb(q_stdb, S, T)
-    except Exception:  # an unfamiliar signature: skip rather than guess
-        return None
-    q = torch.where(S <= T, q, torch.full_like(q, float("nan")))
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    im = ax.imshow(q.T.numpy(), origin="lower", aspect="auto", extent=(0.5, n_max + 0.5, -0.5, n_max + 0.5),
-                   cmap="viridis", vmin=0, vmax=1)
+    T, S = torch.meshgrid(torch.arange(1, n_max + 1, dtype=torch.float64),
+                          torch.arange(0, n_max + 1, dtype=torch.float64), indexing="xy")
+    grid = q(torch.minimum(S, T), T, torch.zeros_like(S))
+    grid = torch.where(S <= T, grid, torch.full_like(grid, float("nan")))  # only N_succ <= N_total exists
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    im = ax.imshow(grid.numpy(), origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
+                   extent=(0.5, n_max + 0.5, -0.5, n_max + 0.5))
     fig.colorbar(im, ax=ax, label="Q_STDB(E)")
     ax.set_xlabel("N_total(E)")
     ax.set_ylabel("N_succ(E)")
-    ax.set_title("Q_STDB over an edge's counts (global success rate 0.5, d_goal = 0)")
+    ax.set_title("Q_STDB over an edge's counts (d_goal = 0)")
+    n = torch.arange(1, n_max + 1, dtype=torch.float64)
+    for share, ls in ((1.0, "-"), (0.5, "--"), (0.0, ":")):
+        for d, color in ((0.0, "#3949ab"), (4.0, "#e53935")):
+            ax2.plot(n, q(n * share, n, torch.full_like(n, d)), ls=ls, color=color,
+                     label=f"N_succ/N_total = {share:g}, d_goal = {d:g}")
+    ax2.set_xlabel("N_total(E)")
+    ax2.set_ylim(0, 1)
+    ax2.set_title("global success rate 0.5, λ = 1, α = 1")
+    ax2.legend(fontsize=7)
     return _png(fig)
-
-
-def _call_q_stdb(q_stdb, succ, total):
-    params = inspect.signature(q_stdb).parameters
-    names = list(params)
-    kw = {}
-    for k, v in {"global_succ": 500.0, "n_succ_total": 500.0, "global_total": 1000.0, "n_total_global": 1000.0,
-                 "d_goal": torch_zeros_like(succ), "distance": torch_zeros_like(succ)}.items():
-        if k in params:
-            kw[k] = v
-    return q_stdb(succ, total, **{k: v for k, v in kw.items() if k not in names[:2]})
-
-
-def torch_zeros_like(x):
-    return x * 0
 
 
 FIGURES: tuple[tuple[str, str, str, str, Callable], ...] = (
@@ -574,7 +605,10 @@ def make_figures() -> list[Figure]:
     plt.rcParams.update({"font.size": 9, "svg.hashsalt": "rlconform"})
     out = []
     for name, fam, title, caption, draw in FIGURES:
-        png = draw(plt, torch)
+        try:
+            png = draw(plt, torch)
+        except Exception as e:  # a reference function changed under the figure: say which one
+            raise RuntimeError(f"figure {name!r} ({fam}) failed: {type(e).__name__}: {e}") from e
         note = "" if png is not None else f"the reference `{fam}` functions it plots are not available in this build"
         out.append(Figure(name, fam, title, caption, png, note))
     return out
@@ -637,15 +671,15 @@ def third_party_audit_page(spec, adir: Path) -> str:
     readme, checklist, rj = adir / "README.md", adir / "checklist.md", adir / "report.json"
     out = []
     if readme.exists():
-        out += [readme.read_text(encoding="utf-8").strip(), ""]
+        out += [linkify_document(readme.read_text(encoding="utf-8").strip(), spec, page), ""]
     else:
         out += [f"# Audit: {adir.name}", ""]
     if rj.exists():
         report = json.loads(rj.read_text(encoding="utf-8"))
-        out += ["## Checklist", "", f"Rendered from [report.json](report.json).", "",
+        out += ["## Checklist", "", "Rendered from [report.json](report.json).", "",
                 checklist_markdown(report, spec, page)]
     elif checklist.exists():
-        out += ["## Checklist", "", linkify(checklist.read_text(encoding="utf-8"), spec, page)]
+        out += ["## Checklist", "", linkify_document(checklist.read_text(encoding="utf-8"), spec, page)]
     return "\n".join(out) + "\n"
 
 
@@ -728,8 +762,9 @@ def _nav_sections(docs_dir: Path) -> dict[str, list]:
     spec_nav = [{"Overview": "spec/index.md"}] + [{f: f"spec/{f}.md"} for f in spec.families] + [
         {"Errata": "spec/errata.md"}, {"Defaults": "spec/defaults.md"}, {"Gates and SLOs": "spec/gates.md"}]
     conf_nav = [{"Overview": "conformance/index.md"}, {"Reference implementation": "conformance/reference.md"}]
-    conf_nav += [{a.name: f"audits/{a.name}/index.md"} for a in audits]
-    results_nav = [{p.split("/")[1]: p} for p in results_pages(docs_dir)]
+    # Bare paths: MkDocs titles these pages with their own first heading.
+    conf_nav += [f"audits/{a.name}/index.md" for a in audits]
+    results_nav = results_pages(docs_dir)
     return {
         "Specification": spec_nav,
         "Contract": [{f: f"contract/{f}.md"} for f in contract_families()],
