@@ -168,10 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--family", choices=FAMILIES, default=None, help="override the family named in the file")
     g.add_argument("--strict", action="store_true", help="also fail on SHOULD gates and missing metrics")
 
-    t = sub.add_parser("train", help="train a reference trainer (see `rlconform train NAME --help`)")
+    t = sub.add_parser("train", help="train a reference trainer (see `rlconform train NAME --help`)", add_help=False)
     t.add_argument("name", choices=sorted(TRAINERS))
 
-    sub.add_parser("bench", help="run the benchmarks (pytest-benchmark)")
+    sub.add_parser("bench", help="run the benchmarks (pytest-benchmark)", add_help=False)
     return p
 
 

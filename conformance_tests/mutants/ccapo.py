@@ -1,0 +1,133 @@
+"""Mutants of the ccapo family: CCAPO v4.0's rules (seed 004 §8) and slips the v4.1 document guards against."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from conformance_tests.mutants import mutant, override
+
+
+@mutant("CCAPO-I-1", "CCAPO-STDB-5", doc="v4.0's marginal importance I(E) = N_succ(E)/(N_succ_total + eps) in the STDB lookup.",
+        source="004 §3.2.1, §8")
+def v40_marginal_importance(ref):
+    c = ref.ccapo
+
+    def score_steps(stats, anchors, fingerprints, *, alpha_smooth=1.0, distance_exponent=0.5, lam=1.0, eps=1e-8):
+        out = c.score_steps(stats, anchors, fingerprints, alpha_smooth=alpha_smooth,
+                            distance_exponent=distance_exponent, lam=lam, eps=eps)
+        keys = [(*a, f) for a, f in zip(anchors, fingerprints)]
+        q = torch.zeros(len(keys), dtype=torch.float64)
+        for t, k in enumerate(keys):
+            if k in stats["edges"]:
+                e = stats["edges"][k]
+                ns, nt = torch.tensor([float(e["n_succ"])]), torch.tensor([float(e["n_total"])])
+                i = ns.double() / (stats["n_succ_total"] + eps)
+                cc = c.criticality(ns, nt, float(stats["n_succ_total"]), float(stats["n_total_global"]), eps=eps)
+                dg = e["d_sum"] / e["n_succ"] if e["n_succ"] else 0.0
+                d = c.distance_decay(torch.tensor([dg], dtype=torch.float64), distance_exponent=distance_exponent)
+                q[t] = c.q_stdb(i, cc, d, lam=lam)[0]
+        return {**out, "q": q}
+
+    return override(ref, "ccapo", score_steps=score_steps)
+
+
+@mutant("CCAPO-MICRO-3", doc="v4.0: the micro stream z-scored with std + eps, no sigma_min floor.", source="004 §5.2.3, §8")
+def no_sigma_min_floor(ref):
+    def micro_advantage(raw, *, sigma_min=0.1, valid=None):
+        m = torch.ones_like(raw, dtype=torch.bool) if valid is None else valid
+        v = raw[m]
+        z = (raw - v.mean()) / (v.std(unbiased=False) + 1e-8)
+        return torch.where(m, z, torch.zeros_like(z))
+
+    return override(ref, "ccapo", micro_advantage=micro_advantage)
+
+
+@mutant("CCAPO-R-1", "CCAPO-R-2", doc="v4.0's time penalty R_penalty = -0.05.", source="004 §4.1, §8")
+def v40_step_penalty(ref):
+    base = ref.ccapo.macro_return
+
+    def macro_return(success, n_steps, *, r_terminal=10.0, r_penalty=-0.05):
+        return base(success, n_steps, r_terminal=r_terminal, r_penalty=r_penalty)
+
+    return override(ref, "ccapo", macro_return=macro_return)
+
+
+@mutant("CCAPO-STDB-1", doc="v4.0: failed trajectories are ignored, so N_total only grows on success.", source="004 §7.2, §8")
+def n_total_only_on_success(ref):
+    base = ref.ccapo.stdb_update
+
+    def stdb_update(stats, trajectory, **kw):
+        return base(stats, trajectory, **kw) if trajectory["success"] else copy.deepcopy(dict(stats))
+
+    return override(ref, "ccapo", stdb_update=stdb_update)
+
+
+@mutant("CCAPO-STDB-2", doc="N_succ incremented by failed trajectories too.", source="004 §7.2")
+def n_succ_on_failure(ref):
+    base = ref.ccapo.stdb_update
+
+    def stdb_update(stats, trajectory, **kw):
+        new = base(stats, trajectory, **kw)
+        if not trajectory["success"]:
+            for a, f in dict.fromkeys(zip(map(tuple, trajectory["anchors"]), trajectory["fingerprints"])):
+                e = new["edges"][(*a, f)]
+                new["edges"][(*a, f)] = {**e, "n_succ": e["n_succ"] + 1}
+        return new
+
+    return override(ref, "ccapo", stdb_update=stdb_update)
+
+
+@mutant("CCAPO-STDB-3", doc="V-bar moved toward the edge scores by failed trajectories as well.", source="004 §7.2, §7.3")
+def v_bar_on_failure(ref):
+    base = ref.ccapo.stdb_update
+
+    def stdb_update(stats, trajectory, **kw):
+        new = base(stats, trajectory, **kw)
+        if not trajectory["success"]:
+            as_success = base(stats, {**trajectory, "success": True}, **kw)
+            new["anchors"] = as_success["anchors"]
+        return new
+
+    return override(ref, "ccapo", stdb_update=stdb_update)
+
+
+@mutant("CCAPO-LOOP-1", "CCAPO-LOOP-2", doc="A loop filter that catches A→B→A but misses A→A.", source="004 §7.1")
+def loop_filter_misses_self_loop(ref):
+    def loop_mask(fingerprint_ids):
+        f = torch.as_tensor(fingerprint_ids)
+        out = torch.zeros(f.shape, dtype=torch.bool)
+        if f.shape[-1] >= 3:
+            out[..., 2:] = f[..., 2:] == f[..., :-2]
+        return out
+
+    return override(ref, "ccapo", loop_mask=loop_mask)
+
+
+@mutant("CCAPO-MACRO-2", doc="Sample std (ddof=1) in the group z-score: a one-trajectory group gives NaN.", source="004 §5.1")
+def sample_std_macro(ref):
+    def macro_advantage(returns, *, eps=1e-8):
+        return (returns - returns.mean(-1, keepdim=True)) / (returns.std(-1, keepdim=True) + eps)
+
+    return override(ref, "ccapo", macro_advantage=macro_advantage)
+
+
+@mutant("CCAPO-PPO-1", doc="Token-level mean over the batch instead of (1/T) per trajectory then the mean.", source="004 §6")
+def token_mean_objective(ref):
+    base = ref.ccapo.policy_loss
+
+    def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps=0.2, beta_kl=0.04):
+        # re-weight each trajectory by its length so the per-trajectory mean becomes a token mean
+        T = mask.sum(-1, keepdim=True).to(advantages.dtype)
+        w = T * mask.any(-1).sum() / T.sum()
+        return base(logp_new, logp_old, logp_ref, advantages * w, mask, clip_eps=clip_eps, beta_kl=beta_kl)
+
+    return override(ref, "ccapo", policy_loss=policy_loss)
+
+
+@mutant("CCAPO-MICRO-2", doc="An unseen anchor compared against V-bar = 0 instead of giving no micro signal.", source="004 §5.2.2")
+def unseen_anchor_not_zero(ref):
+    def micro_raw_advantage(r_micro, v_bar, anchor_seen):
+        return r_micro - v_bar
+
+    return override(ref, "ccapo", micro_raw_advantage=micro_raw_advantage)

@@ -1,0 +1,157 @@
+"""CCAPO §5: macro (group z-score), micro (historical baseline, batch z-score with sigma_min), fusion."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
+
+F64 = torch.float64
+
+
+def np_macro(r, eps=1e-8):
+    r = np.asarray(r, float)
+    out = (r - r.mean(-1, keepdims=True)) / (r.std(-1, ddof=0, keepdims=True) + eps)
+    flat = np.ptp(r, axis=-1, keepdims=True) == 0
+    return np.where(flat, 0.0, out)
+
+
+# ---------------------------------------------------------------------------------------- macro
+@pytest.mark.clause("CCAPO-MACRO-1")
+@given(st_.ccapo_return_groups())
+def test_macro_advantage_is_group_z_score(ccapo, r):
+    got = ccapo.macro_advantage(r)
+    assert_close(got, np_macro(r.numpy()), "CCAPO-MACRO-1")
+
+
+@pytest.mark.clause("CCAPO-MACRO-1")
+@given(st_.ccapo_return_groups(max_groups=3, max_n=6))
+def test_macro_advantage_rows_are_independent(ccapo, r):
+    got = ccapo.macro_advantage(r)
+    loop = torch.stack([ccapo.macro_advantage(row) for row in r])
+    assert_close(got, loop.numpy(), "CCAPO-MACRO-1", what="batched vs one group at a time")
+
+
+@pytest.mark.clause("CCAPO-MACRO-1")
+def test_macro_advantage_golden(ccapo):
+    # the §4.1 table as one group: R = [9, 8, 6, -3, -5], mean 3, population std sqrt(168/5)
+    r = torch.tensor([9.0, 8.0, 6.0, -3.0, -5.0], dtype=F64)
+    sd = np.sqrt(((np.array([6, 5, 3, -6, -8]) ** 2).sum()) / 5)
+    assert_close(ccapo.macro_advantage(r), np.array([6, 5, 3, -6, -8]) / (sd + 1e-8), "CCAPO-MACRO-1")
+    # two members: +-1 whatever the gap (population std = half the gap)
+    assert_close(ccapo.macro_advantage(torch.tensor([9.0, 6.0], dtype=F64)), [1.5 / (1.5 + 1e-8), -1.5 / (1.5 + 1e-8)],
+                 "CCAPO-MACRO-1")
+
+
+@pytest.mark.clause("CCAPO-MACRO-2")
+@given(st.floats(-10, 10), st.integers(1, 9))
+def test_degenerate_group_gives_zero(ccapo, value, n):
+    got = ccapo.macro_advantage(torch.full((n,), value, dtype=F64))
+    assert_equal(got, torch.zeros(n, dtype=F64), "CCAPO-MACRO-2", f"{n} equal returns {value}")
+
+
+@pytest.mark.clause("CCAPO-MACRO-2")
+def test_single_member_group_is_zero_not_nan(ccapo):
+    got = ccapo.macro_advantage(torch.tensor([[7.3], [-2.0]], dtype=F64))
+    assert_equal(got, torch.zeros(2, 1, dtype=F64), "CCAPO-MACRO-2", "one trajectory per prompt")
+    tenths = ccapo.macro_advantage(torch.tensor([0.1, 0.1, 0.1], dtype=F64))  # mean rounds away from 0.1
+    assert_equal(tenths, torch.zeros(3, dtype=F64), "CCAPO-MACRO-2", "rounding of the mean")
+
+
+# ---------------------------------------------------------------------------------------- micro raw
+@pytest.mark.clause("CCAPO-MICRO-2")
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.booleans()), min_size=1, max_size=10))
+def test_raw_micro_advantage(ccapo, rows):
+    r = torch.tensor([x[0] for x in rows], dtype=F64)
+    v = torch.tensor([x[1] for x in rows], dtype=F64)
+    seen = torch.tensor([x[2] for x in rows])
+    want = [x[0] - x[1] if x[2] else 0.0 for x in rows]
+    assert_close(ccapo.micro_raw_advantage(r, v, seen), want, "CCAPO-MICRO-2")
+
+
+@pytest.mark.clause("CCAPO-MICRO-2")
+def test_raw_micro_advantage_golden(ccapo):
+    # better than history, worse than history, unseen anchor, missing edge at a known anchor
+    r = torch.tensor([0.7, 0.2, 0.9, 0.0], dtype=F64)
+    v = torch.tensor([0.5, 0.5, 0.0, 0.4], dtype=F64)
+    seen = torch.tensor([True, True, False, True])
+    got = ccapo.micro_raw_advantage(r, v, seen)
+    assert_close(got, [0.2, -0.3, 0.0, -0.4], "CCAPO-MICRO-2")
+    assert_equal(got[2], torch.tensor(0.0, dtype=F64), "CCAPO-MICRO-2", "unseen anchor gives exactly 0")
+
+
+# ---------------------------------------------------------------------------------------- micro z
+def np_micro(raw, valid, sigma_min=0.1):
+    v = raw[valid]
+    z = (raw - v.mean()) / max(v.std(ddof=0), sigma_min)
+    return np.where(valid, z, 0.0)
+
+
+@pytest.mark.clause("CCAPO-MICRO-3")
+@given(st_.ccapo_step_batches(), st.floats(0.01, 1.0))
+def test_micro_advantage_batch_z_score(ccapo, batch, sigma_min):
+    raw, valid = batch
+    got = ccapo.micro_advantage(raw, sigma_min=sigma_min, valid=valid)
+    assert_close(got, np_micro(raw.numpy(), valid.numpy(), sigma_min), "CCAPO-MICRO-3")
+
+
+@pytest.mark.clause("CCAPO-MICRO-3")
+@given(st_.ccapo_step_batches())
+def test_micro_advantage_without_mask_uses_every_step(ccapo, batch):
+    raw, _ = batch
+    assert_close(ccapo.micro_advantage(raw), np_micro(raw.numpy(), np.ones(raw.shape, bool)), "CCAPO-MICRO-3")
+
+
+@pytest.mark.clause("CCAPO-MICRO-3")
+def test_sigma_min_floor_golden(ccapo):
+    # early training: 9 zeros and one 0.05 -> mean 0.005, std 0.015 < sigma_min = 0.1
+    raw = torch.tensor([0.0] * 9 + [0.05], dtype=F64)
+    got = ccapo.micro_advantage(raw)
+    assert_close(got, (raw.numpy() - 0.005) / 0.1, "CCAPO-MICRO-3")
+    assert_that(got.abs().max() < 1.0, "CCAPO-MICRO-3", got, "the lone non-zero value is not blown up to 3 sigma")
+    # std above the floor: a plain population z-score
+    wide = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=F64)
+    assert_close(ccapo.micro_advantage(wide), [1.0, -1.0, 1.0, -1.0], "CCAPO-MICRO-3")
+
+
+# ---------------------------------------------------------------------------------------- fusion
+@pytest.mark.clause("CCAPO-FUSE-1")
+@given(st.integers(1, 4), st.integers(1, 6), st.floats(0.0, 1.0), st.data())
+def test_fusion(ccapo, B, T, beta, data):
+    ma = data.draw(st_.tensors((B,), lo=-3, hi=3))
+    mi = data.draw(st_.tensors((B, T), lo=-3, hi=3))
+    got = ccapo.fuse_advantages(ma, mi, beta=beta)
+    assert_close(got, ma.numpy()[:, None] + beta * mi.numpy(), "CCAPO-FUSE-1")
+
+
+@pytest.mark.clause("CCAPO-FUSE-1")
+def test_fusion_golden_default_beta(ccapo):
+    got = ccapo.fuse_advantages(torch.tensor([1.0, -0.5], dtype=F64), torch.tensor([[2.0, 0.0], [-1.0, 1.0]], dtype=F64))
+    assert_close(got, [[2.0, 1.0], [-1.0, 0.0]], "CCAPO-FUSE-1", what="beta = 0.5")
+
+
+# ---------------------------------------------------------------------------------------- bad input
+@pytest.mark.clause("CCAPO-INPUT-1")
+def test_nan_returns_rejected(ccapo):
+    assert_rejects("CCAPO-INPUT-1", ccapo.raw("macro_advantage"), torch.tensor([1.0, float("nan")], dtype=F64))
+    assert_rejects("CCAPO-INPUT-1", ccapo.raw("micro_advantage"), torch.tensor([0.1, float("inf")], dtype=F64))
+
+
+@pytest.mark.clause("CCAPO-INPUT-3")
+def test_advantage_shape_mismatch_rejected(ccapo):
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("fuse_advantages"), torch.zeros(3, dtype=F64), torch.zeros(2, 4, dtype=F64))
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("micro_raw_advantage"), torch.zeros(3, dtype=F64),
+                   torch.zeros(2, dtype=F64), torch.ones(3, dtype=torch.bool))
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("micro_advantage"), torch.zeros(3, dtype=F64),
+                   valid=torch.ones(4, dtype=torch.bool))
+
+
+@pytest.mark.clause("CCAPO-INPUT-5")
+def test_bad_advantage_hyper_parameters_rejected(ccapo):
+    assert_rejects("CCAPO-INPUT-5", ccapo.raw("micro_advantage"), torch.zeros(3, dtype=F64), sigma_min=0.0)
+    assert_rejects("CCAPO-INPUT-5", ccapo.raw("fuse_advantages"), torch.zeros(2, dtype=F64),
+                   torch.zeros(2, 3, dtype=F64), beta=-0.5)

@@ -1,0 +1,90 @@
+"""CCAPO §3.1 / §5.2.1: abstract action fingerprints (pluggable per domain) and contextual anchors."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_equal, assert_rejects
+
+LABELS = {"btn_x9z": "Submit", "btn_q1": "Cancel"}
+
+
+@pytest.mark.clause("CCAPO-FP-1")
+def test_alfworld_golden(ccapo):
+    # the document's own example (§3.1)
+    assert_equal(ccapo.fingerprint("put apple 1 in fridge 2", domain="alfworld"), "PUT(apple, fridge)", "CCAPO-FP-1")
+
+
+@pytest.mark.clause("CCAPO-FP-1")
+@pytest.mark.parametrize("cmd, want", [
+    ("go to countertop 3", "GOTO(countertop)"),
+    ("take mug 2 from cabinet 11", "TAKE(mug, cabinet)"),
+    ("heat egg 1 with microwave 1", "HEAT(egg, microwave)"),
+    ("open fridge 1", "OPEN(fridge)"),
+    ("look", "LOOK()"),
+])
+def test_alfworld_verbs(ccapo, cmd, want):
+    assert_equal(ccapo.fingerprint(cmd, domain="alfworld"), want, "CCAPO-FP-1")
+
+
+@pytest.mark.clause("CCAPO-FP-1", "CCAPO-FP-3")
+@given(st_.ccapo_alfworld_commands())
+def test_alfworld_drops_instance_numbers(ccapo, case):
+    cmd, want = case
+    assert_equal(ccapo.fingerprint(cmd, domain="alfworld"), want, "CCAPO-FP-1", f"for {cmd!r}")
+
+
+@pytest.mark.clause("CCAPO-FP-2")
+def test_gui_golden(ccapo):
+    # §3.1: tap(x=500, y=800, id="btn_x9z") -> CLICK(Submit), the label coming from the id->label map
+    got = ccapo.fingerprint('tap(x=500, y=800, id="btn_x9z")', domain="gui", labels=LABELS)
+    assert_equal(got, "CLICK(Submit)", "CCAPO-FP-2")
+
+
+@pytest.mark.clause("CCAPO-FP-2", "CCAPO-FP-3")
+@given(st_.ccapo_gui_taps())
+def test_gui_ignores_coordinates_and_ids(ccapo, case):
+    action, labels, want = case
+    assert_equal(ccapo.fingerprint(action, domain="gui", labels=labels), want, "CCAPO-FP-2", f"for {action!r}")
+
+
+@pytest.mark.clause("CCAPO-FP-2")
+def test_gui_same_label_different_ids_share_a_node(ccapo):
+    a = ccapo.fingerprint('tap(x=1, y=2, id="a1")', domain="gui", labels={"a1": "Pay"})
+    b = ccapo.fingerprint('tap(x=900, y=20, id="zz")', domain="gui", labels={"zz": "Pay"})
+    assert_equal(a, b, "CCAPO-FP-2", "one button, two builds")
+
+
+@pytest.mark.clause("CCAPO-FP-3")
+def test_domains_are_dispatched(ccapo):
+    assert_equal(ccapo.fingerprint("open fridge 1", domain="alfworld"), "OPEN(fridge)", "CCAPO-FP-3")
+    assert_equal(ccapo.fingerprint("back()", domain="gui", labels={}), "BACK()", "CCAPO-FP-3")
+
+
+@pytest.mark.clause("CCAPO-ANCHOR-1")
+def test_anchor_golden(ccapo):
+    assert_equal(list(ccapo.anchor("kitchen", "PUT(apple, fridge)")), ["kitchen", "PUT(apple, fridge)"], "CCAPO-ANCHOR-1")
+    assert_equal(list(ccapo.anchor("kitchen", None)), ["kitchen", "<START>"], "CCAPO-ANCHOR-1", "t = 0")
+
+
+@pytest.mark.clause("CCAPO-ANCHOR-1")
+@pytest.mark.parametrize("raw, domain, want", [
+    ("https://shop.example.com/cart/?id=3#top", "web", "shop.example.com/cart"),
+    ("http://shop.example.com/cart?id=9", "web", "shop.example.com/cart"),
+    ("com.app.CheckoutActivity", "android", "com.app.CheckoutActivity"),
+    ("kitchen", "alfworld", "kitchen"),
+])
+def test_abstract_location(ccapo, raw, domain, want):
+    assert_equal(ccapo.abstract_location(raw, domain=domain), want, "CCAPO-ANCHOR-1", f"{domain}: {raw!r}")
+
+
+@pytest.mark.clause("CCAPO-INPUT-4")
+@pytest.mark.parametrize("action, domain, labels", [
+    ("put apple 1 in fridge 2", "minecraft", None),
+    ('tap(x=5, y=8, id="btn_unknown")', "gui", LABELS),
+    ("tap(x=5, y=8)", "gui", LABELS),
+    ("fly to moon 1", "alfworld", None),
+])
+def test_unknown_domain_or_label_is_rejected(ccapo, action, domain, labels):
+    assert_rejects("CCAPO-INPUT-4", ccapo.raw("fingerprint"), action, domain=domain, labels=labels)

@@ -1,0 +1,326 @@
+"""CCAPO §7.2/§7.3: the STDB update rule (a pure contract operation) and our STDB component.
+
+The rule is checked through ``ccapo.stdb_update`` against an independent replay of the trajectory
+stream. The meta-tests below check rlconform's own store (SQLite and in-memory backends): many
+writer processes lose no counts, a writer killed mid-transaction leaves the committed updates
+intact, and both backends agree on any stream.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import multiprocessing as mp
+import os
+import signal
+
+import pytest
+from hypothesis import given, settings
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
+
+EMPTY = {"edges": {}, "anchors": {}, "n_succ_total": 0, "n_total_global": 0}
+EPS = 1e-8
+
+
+def _feed(ccapo, stream):
+    stats = copy.deepcopy(EMPTY)
+    for tr in stream:
+        stats = ccapo.stdb_update(stats, tr)
+    return stats
+
+
+def _edges(tr):
+    return {(*a, f) for a, f in zip(tr["anchors"], tr["fingerprints"])}
+
+
+def _q(ns, nt, d_sum, gs, gt):
+    """Q_STDB from counts with the defaults (independent of the implementation)."""
+    i = (ns + 1.0) / (nt + 2.0)
+    c = (ns / (nt + EPS)) / (gs / (gt + EPS) + EPS)
+    d = (d_sum / ns if ns > 0 else 0.0) + 1.0
+    x = i * (1 + c) * d ** -0.5
+    return x / (1 + x)
+
+
+def replay(stream, eta=0.1):
+    """Brute-force oracle: counts by set membership per trajectory, V-bar by an explicit EMA replay."""
+    edges, anchors, gs, gt = {}, {}, 0, 0
+    for tr in stream:
+        T, ok = len(tr["fingerprints"]), tr["success"]
+        gt += 1
+        gs += int(ok)
+        order = []
+        for t, (a, f) in enumerate(zip(tr["anchors"], tr["fingerprints"])):
+            k = (*a, f)
+            if k not in order:
+                order.append(k)
+        for k in order:
+            e = edges.setdefault(k, [0, 0, 0.0])
+            e[0] += 1
+            if ok:
+                last = max(t for t, (a, f) in enumerate(zip(tr["anchors"], tr["fingerprints"])) if (*a, f) == k)
+                e[1] += 1
+                e[2] += T - 1 - last
+        if ok:
+            for k in order:
+                q = _q(edges[k][1], edges[k][0], edges[k][2], gs, gt)
+                u = k[:2]
+                anchors[u] = q if u not in anchors else (1 - eta) * anchors[u] + eta * q
+    return edges, anchors, gs, gt
+
+
+@pytest.mark.clause("CCAPO-STDB-1")
+@given(st_.ccapo_streams())
+def test_n_total_counts_every_trajectory(ccapo, stream):
+    got = _feed(ccapo, stream)
+    edges, _, _, gt = replay(stream)
+    assert_equal(got["n_total_global"], gt, "CCAPO-STDB-1", "N_total_global = number of trajectories")
+    assert_equal(sorted(got["edges"]), sorted(edges), "CCAPO-STDB-1", "edges stored")
+    for k, e in edges.items():
+        assert_equal(got["edges"][k]["n_total"], e[0], "CCAPO-STDB-1", f"N_total{k}")
+
+
+@pytest.mark.clause("CCAPO-STDB-1")
+def test_failed_trajectory_still_counts(ccapo):
+    tr = {"anchors": [("hall", "<START>"), ("hall", "GOTO(hall)")], "fingerprints": ["GOTO(hall)", "GOTO(hall)"],
+          "success": False}
+    got = ccapo.stdb_update(copy.deepcopy(EMPTY), tr)
+    assert_equal(got["n_total_global"], 1, "CCAPO-STDB-1")
+    assert_equal(got["edges"][("hall", "<START>", "GOTO(hall)")]["n_total"], 1, "CCAPO-STDB-1", "failure adds N_total")
+    twice = {"anchors": [("hall", "<START>")] * 2, "fingerprints": ["OPEN(chest)"] * 2, "success": False}
+    got2 = ccapo.stdb_update(got, twice)
+    assert_equal(got2["edges"][("hall", "<START>", "OPEN(chest)")]["n_total"], 1, "CCAPO-STDB-1",
+                 "an edge counts once per trajectory")
+
+
+@pytest.mark.clause("CCAPO-STDB-2")
+@given(st_.ccapo_streams())
+def test_n_succ_counts_successes_only(ccapo, stream):
+    got = _feed(ccapo, stream)
+    edges, _, gs, _ = replay(stream)
+    assert_equal(got["n_succ_total"], gs, "CCAPO-STDB-2", "N_succ_total = successful trajectories")
+    for k, e in edges.items():
+        assert_equal(got["edges"][k]["n_succ"], e[1], "CCAPO-STDB-2", f"N_succ{k}")
+
+
+@pytest.mark.clause("CCAPO-STDB-2")
+def test_failure_leaves_n_succ(ccapo):
+    tr = {"anchors": [("hall", "<START>")], "fingerprints": ["OPEN(chest)"], "success": True}
+    one = ccapo.stdb_update(copy.deepcopy(EMPTY), tr)
+    two = ccapo.stdb_update(one, {**tr, "success": False})
+    e = two["edges"][("hall", "<START>", "OPEN(chest)")]
+    assert_equal([e["n_succ"], e["n_total"], two["n_succ_total"]], [1, 2, 1], "CCAPO-STDB-2")
+
+
+@pytest.mark.clause("CCAPO-STDB-3")
+@given(st_.ccapo_streams())
+def test_v_bar_is_moving_average_of_successes(ccapo, stream):
+    got = _feed(ccapo, stream)
+    _, anchors, _, _ = replay(stream)
+    assert_equal(sorted(got["anchors"]), sorted(anchors), "CCAPO-STDB-3", "anchors with a V-bar")
+    for u, v in anchors.items():
+        assert_close(got["anchors"][u]["v_bar"], v, "CCAPO-STDB-3", what=f"V-bar{u}")
+
+
+@pytest.mark.clause("CCAPO-STDB-3")
+def test_v_bar_golden(ccapo):
+    # success k->GOTO(hall), hall->TAKE(key): I = 2/3, C = 1 (up to eps), d = 1 and 0
+    tr = {"anchors": [("kitchen", "<START>"), ("hall", "GOTO(hall)")], "fingerprints": ["GOTO(hall)", "TAKE(key)"],
+          "success": True}
+    one = ccapo.stdb_update(copy.deepcopy(EMPTY), tr)
+    c1 = (1 / (1 + EPS)) / (1 / (1 + EPS) + EPS)
+    x0, x1 = (2 / 3) * (1 + c1) / math.sqrt(2), (2 / 3) * (1 + c1)
+    q0, q1 = x0 / (1 + x0), x1 / (1 + x1)
+    assert_close(one["anchors"][("kitchen", "<START>")]["v_bar"], q0, "CCAPO-STDB-3", what="first V-bar = Q")
+    assert_close(one["anchors"][("hall", "GOTO(hall)")]["v_bar"], q1, "CCAPO-STDB-3", what="first V-bar = Q (4/7)")
+    failed = ccapo.stdb_update(one, {**tr, "success": False})
+    assert_equal(failed["anchors"], one["anchors"], "CCAPO-STDB-3", "a failure leaves V-bar unchanged")
+    # second success: counts (2 succ of 3), global 2 of 3 -> C = 1; V-bar = 0.9 V + 0.1 Q
+    two = ccapo.stdb_update(failed, tr)
+    c2 = (2 / (3 + EPS)) / (2 / (3 + EPS) + EPS)
+    x1b = (3 / 5) * (1 + c2)
+    assert_close(two["anchors"][("hall", "GOTO(hall)")]["v_bar"], 0.9 * q1 + 0.1 * x1b / (1 + x1b), "CCAPO-STDB-3")
+
+
+@pytest.mark.clause("CCAPO-STDB-4")
+@given(st_.ccapo_streams())
+def test_d_goal_from_successes(ccapo, stream):
+    got = _feed(ccapo, stream)
+    edges, _, _, _ = replay(stream)
+    for k, e in edges.items():
+        assert_equal(got["edges"][k]["d_sum"], e[2], "CCAPO-STDB-4", f"d_sum{k}")
+
+
+@pytest.mark.clause("CCAPO-STDB-4")
+def test_d_goal_golden(ccapo):
+    # actions A B A C at one anchor (success, T = 4): A's last visit is t = 2 -> d = 1; B -> 2; C -> 0
+    tr = {"anchors": [("r", "x")] * 4, "fingerprints": ["A", "B", "A", "C"], "success": True}
+    got = ccapo.stdb_update(copy.deepcopy(EMPTY), tr)
+    assert_equal({k[2]: v["d_sum"] for k, v in got["edges"].items()}, {"A": 1.0, "B": 2.0, "C": 0.0}, "CCAPO-STDB-4")
+
+
+@pytest.mark.clause("CCAPO-STDB-1", "CCAPO-STDB-2", "CCAPO-STDB-3")
+def test_update_does_not_modify_its_input(ccapo):
+    tr = {"anchors": [("hall", "<START>")], "fingerprints": ["OPEN(chest)"], "success": True}
+    one = ccapo.stdb_update(copy.deepcopy(EMPTY), tr)
+    before = copy.deepcopy(one)
+    ccapo.stdb_update(one, tr)
+    assert_that(one == before, "CCAPO-STDB-1", one, "the input state unchanged (stdb_update returns a new one)")
+
+
+# ============================================================================ meta: our STDB store
+def _traj(i: int) -> dict:
+    """A deterministic trajectory: success on even i, 2-4 steps over a small vocabulary."""
+    fps = [f"A{(i + k) % 3}" for k in range(2 + i % 3)]
+    anchors = [("room", "<START>" if t == 0 else fps[t - 1]) for t in range(len(fps))]
+    return {"anchors": anchors, "fingerprints": fps, "success": i % 2 == 0}
+
+
+def _writer(path, start, n):
+    from reference_impl.ccapo.stdb import sqlite_store
+
+    store = sqlite_store(path)
+    for i in range(start, start + n):
+        store.update(_traj(i))
+    store.close()
+
+
+def _killed_writer(path, n, ready):
+    from reference_impl.ccapo.stdb import sqlite_store
+
+    store = sqlite_store(path)
+    for i in range(n):
+        store.update(_traj(i))
+    with store.transaction():  # the (n+1)-th update, never committed
+        store.apply(_traj(n))
+        ready.set()
+        signal.pause()
+
+
+def _expected(trajs):
+    from reference_impl.ccapo.stdb import MemorySTDB
+
+    mem = MemorySTDB()
+    for tr in trajs:
+        mem.update(tr)
+    return mem.snapshot()
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_concurrent_writers_lose_no_counts(tmp_path):
+    from reference_impl.ccapo.stdb import sqlite_store
+
+    path = str(tmp_path / "stdb.sqlite")
+    sqlite_store(path).close()  # create the schema once
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(path, 1000 * w, 50)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    snap = sqlite_store(path).snapshot()
+    trajs = [_traj(1000 * w + i) for w in range(4) for i in range(50)]
+    assert_equal(snap["n_total_global"], 200, "CCAPO-STDB-6", "trajectories counted")
+    assert_equal(snap["n_succ_total"], sum(t["success"] for t in trajs), "CCAPO-STDB-6")
+    want = _expected(trajs)
+    for k, e in want["edges"].items():  # counts are order-independent: exactly the sum
+        assert_equal([snap["edges"][k]["n_total"], snap["edges"][k]["n_succ"], snap["edges"][k]["d_sum"]],
+                     [e["n_total"], e["n_succ"], e["d_sum"]], "CCAPO-STDB-6", f"edge {k}")
+    assert_equal(sorted(snap["anchors"]), sorted(want["anchors"]), "CCAPO-STDB-6", "anchors")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_killed_writer_leaves_committed_counts(tmp_path):
+    from reference_impl.ccapo.stdb import sqlite_store
+
+    path = str(tmp_path / "stdb.sqlite")
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    p = ctx.Process(target=_killed_writer, args=(path, 7, ready))
+    p.start()
+    assert ready.wait(30), "the writer never reached its open transaction"
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    store = sqlite_store(path, timeout=5)
+    snap = store.snapshot()
+    want = _expected([_traj(i) for i in range(7)])
+    assert_equal(snap["n_total_global"], 7, "CCAPO-STDB-6", "only the committed updates")
+    assert_equal({k: (e["n_total"], e["n_succ"]) for k, e in snap["edges"].items()},
+                 {k: (e["n_total"], e["n_succ"]) for k, e in want["edges"].items()}, "CCAPO-STDB-6")
+    store.update(_traj(7))  # the store is writable again
+    assert_equal(store.snapshot()["n_total_global"], 8, "CCAPO-STDB-6", "writable after the crash")
+    store.close()
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+@settings(max_examples=15)
+@given(st_.ccapo_streams(max_size=10))
+def test_backends_agree(stream):
+    from reference_impl.ccapo.stdb import MemorySTDB, sqlite_store
+
+    mem, sql = MemorySTDB(), sqlite_store(":memory:")
+    for tr in stream:
+        mem.update(tr)
+        sql.update(tr)
+    a, b = mem.snapshot(), sql.snapshot()
+    assert_equal([a["n_total_global"], a["n_succ_total"]], [b["n_total_global"], b["n_succ_total"]], "CCAPO-STDB-6")
+    assert_equal(a["edges"], b["edges"], "CCAPO-STDB-6", "edge statistics")
+    assert_equal(sorted(a["anchors"]), sorted(b["anchors"]), "CCAPO-STDB-6", "anchors")
+    for u in a["anchors"]:
+        assert_close(b["anchors"][u]["v_bar"], a["anchors"][u]["v_bar"], "CCAPO-STDB-3", what=f"V-bar{u}")
+    probe = stream[-1]
+    la, lb = (s.lookup(probe["anchors"], probe["fingerprints"]) for s in (mem, sql))
+    assert_that(la == lb, "CCAPO-STDB-6", (la, lb), "the same lookup from both backends")
+    sql.close()
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_restore_round_trip(tmp_path):
+    from reference_impl.ccapo.stdb import sqlite_store
+
+    store = sqlite_store(tmp_path / "s.sqlite")
+    for i in range(6):
+        store.update(_traj(i))
+    snap = store.snapshot()
+    store.update(_traj(6))
+    store.restore(snap)
+    back = store.snapshot()
+    assert_that(back == snap, "CCAPO-STDB-6", back, "the restored snapshot")
+    store.close()
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_schema_is_portable_and_sqlite_uses_wal(tmp_path):
+    import re
+
+    from reference_impl.ccapo.stdb import POSTGRES, SCHEMA_SQL, sqlite_store
+
+    sqlite_only = r"AUTOINCREMENT|INSERT OR|PRAGMA|WITHOUT ROWID|\bBLOB\b|\bREAL\b|STRICT|\?"
+    assert_that(not re.search(sqlite_only, SCHEMA_SQL, re.I), "CCAPO-STDB-6", SCHEMA_SQL, "no SQLite-only syntax")
+    assert_equal(POSTGRES.sql("SELECT a FROM t WHERE b = ? AND c = ?"), "SELECT a FROM t WHERE b = %s AND c = %s",
+                 "CCAPO-STDB-6", "psycopg placeholders")
+    store = sqlite_store(tmp_path / "w.sqlite")
+    mode = store._conn.execute("PRAGMA journal_mode").fetchone()[0]
+    assert_equal(mode, "wal", "CCAPO-STDB-6", "journal mode")
+    store.close()
+
+
+@pytest.mark.clause("CCAPO-INPUT-3")
+def test_anchor_fingerprint_length_mismatch_rejected(ccapo):
+    tr = {"anchors": [("hall", "<START>")], "fingerprints": ["OPEN(chest)", "TAKE(key)"], "success": True}
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("stdb_update"), copy.deepcopy(EMPTY), tr)
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("score_steps"), copy.deepcopy(EMPTY), tr["anchors"], tr["fingerprints"])
+
+
+@pytest.mark.clause("CCAPO-INPUT-5")
+@pytest.mark.parametrize("v_rate", [0.0, 1.5, -0.1])
+def test_bad_moving_average_rate_rejected(ccapo, v_rate):
+    tr = {"anchors": [("hall", "<START>")], "fingerprints": ["OPEN(chest)"], "success": True}
+    assert_rejects("CCAPO-INPUT-5", ccapo.raw("stdb_update"), copy.deepcopy(EMPTY), tr, v_rate=v_rate)

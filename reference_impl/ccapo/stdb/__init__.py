@@ -1,0 +1,8 @@
+"""The STDB (spatio-temporal database of edge statistics): the pure update rule and its stores."""
+from reference_impl.ccapo.stdb.base import STDBStore
+from reference_impl.ccapo.stdb.memory import MemorySTDB
+from reference_impl.ccapo.stdb.sql import POSTGRES, SCHEMA_SQL, SQLITE, SQLSTDB, Dialect, postgres_store, sqlite_store
+from reference_impl.ccapo.stdb.update import empty_stats, stdb_update, trajectory_edges
+
+__all__ = ["STDBStore", "MemorySTDB", "SQLSTDB", "Dialect", "SQLITE", "POSTGRES", "SCHEMA_SQL",
+           "sqlite_store", "postgres_store", "empty_stats", "stdb_update", "trajectory_edges"]

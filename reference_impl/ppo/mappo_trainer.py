@@ -1,0 +1,162 @@
+"""MAPPO with a centralised critic on CoopGrid, a cooperative ParallelEnv with per-agent masks.
+
+Reads top to bottom: the config, then :func:`train`. One actor is shared by all agents (it sees
+each agent's own observation and masks with that agent's own mask); the critic sees the global
+state and the agent's id. Every sample carries its key ``(episode_id, timestep, agent_id)`` and the
+batch is aligned by that key before the update, so actor observation, critic state, mask, action,
+old log-prob, advantage and return of one (episode, step, agent) stay together.
+``rlconform train mappo --updates N --out DIR``; metric ``return`` is the team return per episode.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.ppo.envs import CoopGridEnv
+from reference_impl.ppo.gae import gae
+from reference_impl.ppo.losses import normalize_advantages
+from reference_impl.ppo.mappo import align_batch
+from reference_impl.ppo.masking import sample_actions
+from reference_impl.ppo.nets import Actor, Critic
+from reference_impl.ppo.trainer import (DEFAULTS, arg, checkpoint, config_from_args, config_parser, mean_or_nan,
+                                        restore, summarize)
+from reference_impl.ppo.update import ppo_update
+
+
+@dataclass
+class MAPPOConfig:
+    seed: int = arg(1, "seed of torch, numpy and the grids")
+    device: str = arg("cpu", "torch device of the networks and the update tensors")
+    torch_threads: int = arg(1, "torch intra-op threads (small networks on a shared CPU run best on one)")
+    n_agents: int = arg(2, "agents (and targets) per grid")
+    grid_size: int = arg(5, "side of the square grid")
+    max_cycles: int = arg(25, "steps before an episode is truncated")
+    n_envs: int = arg(16, "grids played in parallel")
+    rollout_steps: int = arg(50, "steps per grid per update (samples = n_envs * rollout_steps * n_agents)")
+    hidden: int = arg(64, "width of the two hidden layers of actor and critic")
+    lr: float = arg(5.0e-3, "Adam learning rate (actor and critic)")
+    gamma: float = arg(0.99, "discount factor of GAE")
+    gae_lambda: float = arg(0.95, "lambda of GAE")
+    epochs: int = arg(4, "passes over the batch per update")
+    minibatch_size: int = arg(320, "samples per gradient step")
+    clip_eps: float = arg(DEFAULTS["clip_eps"], "PPO clip range epsilon")
+    vf_coef: float = arg(0.5, "weight of the value loss in the total loss")
+    ent_coef: float = arg(0.01, "weight of the entropy bonus in the total loss")
+    max_grad_norm: float = arg(0.5, "gradient-norm clip (actor and critic each)")
+    target_kl: float = arg(DEFAULTS["target_kl"], "KL guard: the update stops once approx_kl exceeds twice this")
+    adv_eps: float = arg(DEFAULTS["adv_eps"], "epsilon of the batch advantage normalisation")
+    adv_clamp: float = arg(DEFAULTS["adv_clamp"], "normalised advantages are clamped to [-adv_clamp, adv_clamp]")
+    checkpoint_every: int = arg(5, "updates between checkpoints (the last update always checkpoints)")
+
+
+SMOKE = {"n_envs": 4, "rollout_steps": 25, "minibatch_size": 50, "epochs": 2}  # --smoke: a run of seconds
+
+
+def train(cfg: MAPPOConfig, *, out: str, updates: int, resume: bool = False) -> RunDir:
+    """Train until ``updates`` updates are done in total (a resumed run continues its count)."""
+    device = torch.device(cfg.device)
+    torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)  # network initialisation
+    gen = torch.Generator(device).manual_seed(cfg.seed)  # every later draw: sampling and minibatch order
+    envs = [CoopGridEnv(size=cfg.grid_size, n_agents=cfg.n_agents, max_cycles=cfg.max_cycles) for _ in range(cfg.n_envs)]
+    agents, M, A = envs[0].possible_agents, cfg.n_agents, envs[0].action_space("agent_0").n
+    obs_dim, critic_dim = envs[0].obs_dim, envs[0].state_dim + M  # critic: global state ‖ one-hot agent id
+    actor = Actor(obs_dim, A, cfg.hidden).to(device)
+    critic = Critic(critic_dim, cfg.hidden).to(device)
+    optimizer = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=cfg.lr, eps=1e-5)
+    run = RunDir(out, family="ppo", config=cfg, resume=resume)
+    ckpt = run.load() if resume else None
+    start, env_steps = restore(ckpt, actor, critic, optimizer, gen)
+    next_episode = ckpt["next_episode"] if ckpt else 0  # episode ids stay unique across updates
+    agent_onehot = torch.eye(M, device=device)
+
+    T, N = cfg.rollout_steps, cfg.n_envs
+    for update in progress(range(start + 1, updates + 1), total=updates, initial=start, desc="mappo"):
+        t0 = time.time()
+        # --- rollout: per (step, grid, agent) the own obs, global state, own mask, action, old log-prob ---
+        obs_buf = torch.zeros(T, N, M, obs_dim, device=device)
+        cobs_buf = torch.zeros(T, N, M, critic_dim, device=device)
+        mask_buf = torch.zeros(T, N, M, A, dtype=torch.bool, device=device)
+        act_buf = torch.zeros(T, N, M, dtype=torch.long, device=device)
+        logp_buf, val_buf, rew_buf, done_buf = (torch.zeros(T, N, M, device=device) for _ in range(4))
+        key_buf = torch.zeros(3, T, N, M, dtype=torch.long)  # episode_id, timestep, agent_id
+        seeds = np.random.SeedSequence([cfg.seed, update]).generate_state(N)  # fresh grids per update
+        obs_d = [env.reset(seed=int(s))[0] for env, s in zip(envs, seeds)]
+        episode = np.arange(next_episode, next_episode + N)
+        next_episode += N
+        step_in_ep = np.zeros(N, dtype=np.int64)
+        team_return, finished, covered = np.zeros(N), [], []
+        for t in range(T):
+            obs = torch.as_tensor(np.stack([[o[a]["observation"] for a in agents] for o in obs_d]), device=device)
+            mask = torch.as_tensor(np.stack([[o[a]["action_mask"] for a in agents] for o in obs_d]),
+                                   device=device).bool()  # each agent's own mask, never broadcast (PPO-MAPPO-4)
+            cobs = critic_inputs(envs, agent_onehot)
+            with torch.no_grad():
+                action, old_logp = sample_actions(actor(obs.flatten(0, 1)), mask.flatten(0, 1),
+                                                  generator=gen)  # PPO-MASK-1, PPO-MASK-2, PPO-OLD-1
+                value = critic(cobs.flatten(0, 1))
+            obs_buf[t], cobs_buf[t], mask_buf[t] = obs, cobs, mask
+            act_buf[t], logp_buf[t], val_buf[t] = action.view(N, M), old_logp.view(N, M), value.view(N, M)
+            key_buf[0, t], key_buf[1, t] = torch.as_tensor(episode)[:, None], torch.as_tensor(step_in_ep)[:, None]
+            key_buf[2, t] = torch.arange(M)
+            act_np = action.view(N, M).cpu().numpy()
+            rew, done = np.zeros(N, dtype=np.float32), np.zeros(N, dtype=np.float32)
+            for i, env in enumerate(envs):
+                obs_d[i], r, term, _, _ = env.step(dict(zip(agents, act_np[i].tolist())))
+                rew[i] = r[agents[0]]  # the team reward, the same for every agent
+                team_return[i] += rew[i]
+                step_in_ep[i] += 1
+                if not env.agents:  # episode over (covered or truncated): log it, start the next with a new id
+                    done[i] = 1.0
+                    finished.append(team_return[i])
+                    covered.append(bool(term[agents[0]]))
+                    team_return[i], step_in_ep[i], episode[i] = 0.0, 0, next_episode
+                    next_episode += 1
+                    obs_d[i] = env.reset()[0]
+            rew_buf[t] = torch.as_tensor(rew, device=device)[:, None]
+            done_buf[t] = torch.as_tensor(done, device=device)[:, None]
+        with torch.no_grad():
+            last_value = critic(critic_inputs(envs, agent_onehot).flatten(0, 1)).view(N, M)
+        advantage, returns = gae(rew_buf, val_buf, done_buf, last_value,
+                                 gamma=cfg.gamma, lam=cfg.gae_lambda)  # standard GAE(λ) with (1 − done)
+        advantage = normalize_advantages(advantage, eps=cfg.adv_eps, clamp=cfg.adv_clamp)  # PPO-ADV-1, PPO-ADV-2
+
+        # --- update: samples keyed by (episode_id, timestep, agent_id), aligned, then the PPO update ---
+        batch = align_batch({  # PPO-MAPPO-1, PPO-MAPPO-2, PPO-MAPPO-4
+            "obs": obs_buf.flatten(0, 2), "critic_obs": cobs_buf.flatten(0, 2), "mask": mask_buf.flatten(0, 2),
+            "action": act_buf.flatten(), "old_log_prob": logp_buf.flatten(), "advantage": advantage.flatten(),
+            "return": returns.flatten(), "episode_id": key_buf[0].flatten().to(device),
+            "timestep": key_buf[1].flatten().to(device), "agent_id": key_buf[2].flatten().to(device)})
+        stats = ppo_update(actor, critic, optimizer, batch, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
+                           clip_eps=cfg.clip_eps, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
+                           max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl,
+                           generator=gen)  # PPO-UPDATE-1..3, PPO-MASK-3, PPO-OLD-1, PPO-KLSTOP-1/2, PPO-GRAD-1
+        env_steps += T * N
+
+        # --- metrics (one host sync per update) and checkpoint ---
+        run.log(update=update, **summarize(stats, actor, batch), episodes=len(finished),
+                **{"return": mean_or_nan(finished)}, cover_rate=mean_or_nan(covered),
+                env_steps=env_steps, seconds=time.time() - t0)
+        if update % cfg.checkpoint_every == 0 or update == updates:
+            run.save(checkpoint(update, env_steps, actor, critic, optimizer, gen, next_episode=next_episode))
+    return run
+
+
+def critic_inputs(envs: list[CoopGridEnv], agent_onehot: torch.Tensor) -> torch.Tensor:
+    """``[N, M, state_dim + M]``: each grid's global state, once per agent, with the agent's one-hot id."""
+    state = torch.as_tensor(np.stack([env.state() for env in envs]), device=agent_onehot.device)
+    n, m = state.shape[0], agent_onehot.shape[0]
+    return torch.cat([state.unsqueeze(1).expand(n, m, -1), agent_onehot.expand(n, m, m)], dim=-1)
+
+
+def cli(argv: list[str]) -> int:
+    args = config_parser(MAPPOConfig, "rlconform train mappo", __doc__).parse_args(argv)
+    run = train(config_from_args(MAPPOConfig, args, SMOKE), out=args.out, updates=args.updates, resume=args.resume)
+    last = run.metrics()[-1] if run.metrics() else {}
+    print(f"mappo: {last.get('update', 0)} updates, team return {last.get('return', float('nan')):.3f}, "
+          f"approx_kl {last.get('approx_kl', float('nan')):.4f}; metrics in {run.metrics_path}")
+    return 0

@@ -1,0 +1,200 @@
+"""Masked PPO on PettingZoo connect four against a uniformly random legal opponent.
+
+Reads top to bottom: the config, then :func:`train` (rollout with the sampling mask cached per
+sample, GAE, the PPO update on the same masks and actions, metrics, checkpoint). Every math step
+calls the family's pure functions and names its clause. ``rlconform train ppo --updates N --out DIR``.
+
+Each update starts from freshly reset boards seeded by ``(seed, update)`` and every random draw
+comes from one saved ``torch.Generator``, so a run resumed from a checkpoint replays the same
+updates it would have run without the interruption.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.ppo.defaults import defaults
+from reference_impl.ppo.envs import ConnectFourVsRandom
+from reference_impl.ppo.gae import gae
+from reference_impl.ppo.losses import entropy_ratio, normalize_advantages
+from reference_impl.ppo.masking import evaluate_actions, sample_actions
+from reference_impl.ppo.nets import Actor, Critic
+from reference_impl.ppo.update import ppo_update
+
+DEFAULTS = defaults()  # the document's numbers (PPO-DEFAULT-*)
+
+
+def arg(default, help: str):
+    """A config field with its one-line description (also the ``--help`` text of its CLI flag)."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class PPOConfig:
+    seed: int = arg(1, "seed of torch, numpy, the boards and the random opponent")
+    device: str = arg("cpu", "torch device of the networks and the update tensors")
+    torch_threads: int = arg(1, "torch intra-op threads (small networks on a shared CPU run best on one)")
+    n_envs: int = arg(16, "boards played in parallel")
+    rollout_steps: int = arg(32, "learner moves per board per update (batch = n_envs * rollout_steps)")
+    hidden: int = arg(128, "width of the two hidden layers of actor and critic")
+    lr: float = arg(5.0e-3, "Adam learning rate (actor and critic)")
+    gamma: float = arg(0.99, "discount factor of GAE")
+    gae_lambda: float = arg(0.95, "lambda of GAE")
+    epochs: int = arg(4, "passes over the batch per update")
+    minibatch_size: int = arg(128, "samples per gradient step")
+    clip_eps: float = arg(DEFAULTS["clip_eps"], "PPO clip range epsilon")
+    vf_coef: float = arg(0.5, "weight of the value loss in the total loss")
+    ent_coef: float = arg(0.07, "weight of the entropy bonus (high enough to keep clip_fraction in its SLO range)")
+    max_grad_norm: float = arg(0.5, "gradient-norm clip (actor and critic each)")
+    target_kl: float = arg(DEFAULTS["target_kl"], "KL guard: the update stops once approx_kl exceeds twice this")
+    adv_eps: float = arg(DEFAULTS["adv_eps"], "epsilon of the batch advantage normalisation")
+    adv_clamp: float = arg(DEFAULTS["adv_clamp"], "normalised advantages are clamped to [-adv_clamp, adv_clamp]")
+    checkpoint_every: int = arg(5, "updates between checkpoints (the last update always checkpoints)")
+
+
+SMOKE = {"n_envs": 4, "rollout_steps": 16, "minibatch_size": 32, "epochs": 2}  # --smoke: a run of seconds
+
+
+def train(cfg: PPOConfig, *, out: str, updates: int, resume: bool = False) -> RunDir:
+    """Train until ``updates`` updates are done in total (a resumed run continues its count)."""
+    device = torch.device(cfg.device)
+    torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)  # network initialisation
+    gen = torch.Generator(device).manual_seed(cfg.seed)  # every later draw: sampling and minibatch order
+    env = ConnectFourVsRandom(cfg.n_envs)
+    actor = Actor(env.obs_dim, env.n_actions, cfg.hidden).to(device)
+    critic = Critic(env.obs_dim, cfg.hidden).to(device)
+    optimizer = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=cfg.lr, eps=1e-5)
+    run = RunDir(out, family="ppo", config=cfg, resume=resume)
+    start, env_steps = restore(run.load() if resume else None, actor, critic, optimizer, gen)
+
+    T, N = cfg.rollout_steps, cfg.n_envs
+    for update in progress(range(start + 1, updates + 1), total=updates, initial=start, desc="ppo"):
+        t0 = time.time()
+        # --- rollout: the mask, action and detached log-prob of each move are cached together ---
+        obs_buf = torch.zeros(T, N, env.obs_dim, device=device)
+        mask_buf = torch.zeros(T, N, env.n_actions, dtype=torch.bool, device=device)
+        act_buf = torch.zeros(T, N, dtype=torch.long, device=device)
+        logp_buf = torch.zeros(T, N, device=device)
+        val_buf = torch.zeros(T, N, device=device)
+        rew_buf = torch.zeros(T, N, device=device)
+        done_buf = torch.zeros(T, N, device=device)
+        results: list[float] = []
+        obs_np, mask_np = env.reset(seed=[cfg.seed, update])
+        for t in range(T):
+            obs = torch.as_tensor(obs_np, device=device)
+            mask = torch.as_tensor(mask_np, device=device)
+            with torch.no_grad():
+                action, old_logp = sample_actions(actor(obs), mask, generator=gen)  # PPO-MASK-1, PPO-MASK-2, PPO-OLD-1
+                value = critic(obs)
+            obs_buf[t], mask_buf[t], act_buf[t], logp_buf[t], val_buf[t] = obs, mask, action, old_logp, value
+            obs_np, mask_np, rew, done, finished = env.step(action.cpu().numpy())
+            rew_buf[t] = torch.as_tensor(rew, device=device)
+            done_buf[t] = torch.as_tensor(done, device=device)
+            results += finished
+        with torch.no_grad():
+            last_value = critic(torch.as_tensor(obs_np, device=device))
+        advantage, returns = gae(rew_buf, val_buf, done_buf, last_value,
+                                 gamma=cfg.gamma, lam=cfg.gae_lambda)  # standard GAE(λ) with (1 − done)
+        advantage = normalize_advantages(advantage.flatten(), eps=cfg.adv_eps, clamp=cfg.adv_clamp)  # PPO-ADV-1, PPO-ADV-2
+
+        # --- update: replay the same masks and actions against the cached old log-probs ---
+        batch = {"obs": obs_buf.flatten(0, 1), "mask": mask_buf.flatten(0, 1), "action": act_buf.flatten(),
+                 "old_log_prob": logp_buf.flatten(), "advantage": advantage, "return": returns.flatten()}
+        stats = ppo_update(actor, critic, optimizer, batch, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
+                           clip_eps=cfg.clip_eps, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
+                           max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl,
+                           generator=gen)  # PPO-UPDATE-1..3, PPO-MASK-3, PPO-OLD-1, PPO-KLSTOP-1/2, PPO-GRAD-1
+        env_steps += T * N
+
+        # --- metrics (one host sync per update) and checkpoint ---
+        res = np.array(results)
+        run.log(update=update, **summarize(stats, actor, batch), episodes=len(results), **{"return": mean_or_nan(res)},
+                win_rate=mean_or_nan(res > 0), loss_rate=mean_or_nan(res < 0), env_steps=env_steps,
+                seconds=time.time() - t0)
+        if update % cfg.checkpoint_every == 0 or update == updates:
+            run.save(checkpoint(update, env_steps, actor, critic, optimizer, gen))
+    return run
+
+
+# --- shared with the MAPPO trainer ------------------------------------------------------------
+
+def summarize(stats: list[dict], actor, batch: dict) -> dict:
+    """One update's record: minibatch means of ``ppo_update``'s metrics, plus ``entropy_ratio``.
+
+    ``entropy_ratio`` is that of the updated policy on the batch's states and legal sets: 1 while
+    the policy is uniform on every legal set (the stuck state of the seed's §0), lower once it
+    prefers some actions.
+    """
+    rec = {k: float(np.mean([s[k] for s in stats])) for k in stats[0] if k not in ("epoch", "minibatch", "early_stop")}
+    if "log_prob_min" in stats[0]:  # a minimum stays a minimum (PPO-SLO-5)
+        rec["log_prob_min"] = float(min(s["log_prob_min"] for s in stats))
+    rec["ratio_mean_first"] = float(stats[0]["ratio_mean"])  # PPO-UPDATE-1: exactly 1 before the first step
+    with torch.no_grad():
+        _, entropy = evaluate_actions(actor(batch["obs"]), batch["mask"], batch["action"])  # PPO-ENT-1
+        rec["entropy_ratio"] = float(entropy_ratio(entropy, batch["mask"]))  # PPO-SLO-4
+    rec["early_stop"] = bool(stats[-1]["early_stop"])
+    rec["epochs_run"] = int(stats[-1]["epoch"]) + 1
+    rec["minibatches"] = len(stats)
+    return rec
+
+
+def mean_or_nan(x) -> float:
+    """Mean of a metric over the episodes that ended in this update (NaN when none did)."""
+    return float(np.mean(x)) if len(x) else float("nan")
+
+
+def checkpoint(update: int, env_steps: int, actor, critic, optimizer, gen: torch.Generator, **extra) -> dict:
+    """Everything needed to continue the run as if it had not stopped."""
+    return {"update": update, "env_steps": env_steps, "actor": actor.state_dict(), "critic": critic.state_dict(),
+            "optimizer": optimizer.state_dict(), "generator": gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(), "python_rng": random.getstate(), **extra}
+
+
+def restore(ckpt: dict | None, actor, critic, optimizer, gen: torch.Generator) -> tuple[int, int]:
+    """Load a :func:`checkpoint` (if any); returns ``(updates done, env steps done)``."""
+    if ckpt is None:
+        return 0, 0
+    actor.load_state_dict(ckpt["actor"])
+    critic.load_state_dict(ckpt["critic"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    gen.set_state(ckpt["generator"])
+    torch.set_rng_state(ckpt["torch_rng"])
+    np.random.set_state(ckpt["numpy_rng"])
+    random.setstate(ckpt["python_rng"])
+    return int(ckpt["update"]), int(ckpt["env_steps"])
+
+
+def config_parser(config_cls, prog: str, doc: str) -> argparse.ArgumentParser:
+    """``--updates/--out/--resume/--smoke`` plus one flag per config field (help = its description)."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.strip().splitlines()[0])
+    p.add_argument("--updates", type=int, required=True, help="total number of updates (a resumed run counts on)")
+    p.add_argument("--out", required=True, help="run directory (config.json, metrics.jsonl, checkpoint.pt)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--smoke", action="store_true", help="tiny rollouts and batches: a run of a few seconds")
+    for f in dataclasses.fields(config_cls):
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None, help=f.metadata["help"])
+    return p
+
+
+def config_from_args(config_cls, args, smoke: dict):
+    overrides = dict(smoke) if args.smoke else {}
+    overrides.update({f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)
+                      if getattr(args, f.name) is not None})
+    return config_cls(**overrides)
+
+
+def cli(argv: list[str]) -> int:
+    args = config_parser(PPOConfig, "rlconform train ppo", __doc__).parse_args(argv)
+    run = train(config_from_args(PPOConfig, args, SMOKE), out=args.out, updates=args.updates, resume=args.resume)
+    last = run.metrics()[-1] if run.metrics() else {}
+    print(f"ppo: {last.get('update', 0)} updates, win_rate {last.get('win_rate', float('nan')):.3f}, "
+          f"approx_kl {last.get('approx_kl', float('nan')):.4f}; metrics in {run.metrics_path}")
+    return 0
