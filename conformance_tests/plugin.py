@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from conformance_tests import harness
 from conformance_tests.impl import ImplSpecError, load_impl, resolve_impl_string
@@ -36,6 +36,10 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+# Killing a mutant needs one failing example, not the minimal one: skip shrinking.
+settings.register_profile("mutant", parent=settings.get_profile("ci"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 _RESULTS_KEY = pytest.StashKey[dict]()
 _PREV_KEY = pytest.StashKey[tuple]()
@@ -59,8 +63,8 @@ def pytest_addoption(parser):
     g.addoption(
         "--profile",
         default=os.environ.get("RLCONFORM_PROFILE", "ci"),
-        choices=("ci", "release"),
-        help="hypothesis profile: ci (derandomised, fast) or release (more examples)",
+        choices=("ci", "release", "mutant"),
+        help="hypothesis profile: ci (derandomised, fast), release (more examples), mutant (ci without shrinking)",
     )
     g.addoption("--clauses", default=None, help="comma-separated clause ids: run only their tests")
     g.addoption("--families", default=None, help="comma-separated families: run only their clauses' tests")
@@ -70,6 +74,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    import torch
+
+    if os.environ.get("RLCONFORM_THREADS") is None:
+        torch.set_num_threads(1)  # the suite's tensors are tiny: intra-op threads only add synchronisation
     config.addinivalue_line("markers", "clause(*ids): the spec clause(s) this test checks")
     config.addinivalue_line("markers", "meta: tests of the suite itself (not run by audits)")
     settings.load_profile(config.getoption("--profile"))

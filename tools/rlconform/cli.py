@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("names", nargs="*", help="mutant names (default: all)")
     m.add_argument("--family", action="append", choices=FAMILIES)
     m.add_argument("--full", action="store_true", help="run the whole suite per mutant and list every clause it trips")
-    m.add_argument("--profile", default="ci", choices=("ci", "release"))
+    m.add_argument("--profile", default="mutant", choices=("ci", "release", "mutant"))
     m.add_argument("--json", default=None, help="also write the results as JSON here")
 
     g = sub.add_parser("gate", help="evaluate go-live gates / SLOs on a run's metrics.jsonl")

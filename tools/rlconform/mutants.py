@@ -43,7 +43,7 @@ def select(names: Iterable[str] | None = None, families: Iterable[str] | None = 
     return chosen
 
 
-def run_mutant(m, *, full: bool = False, profile: str = "ci") -> MutantResult:
+def run_mutant(m, *, full: bool = False, profile: str = "mutant") -> MutantResult:
     payload = run_suite(m.impl_string, profile=profile, clauses=None if full else m.kills, quiet=True)
     report = clause_report(payload)
     failed = [c["id"] for c in report["clauses"] if c["status"] in KILLED]

@@ -1,0 +1,76 @@
+"""Mutants of the isreshape family: the document's own bugs and the misreadings it invites."""
+from __future__ import annotations
+
+import torch
+
+from conformance_tests.mutants import mutant, override
+
+
+@mutant("ISR-LOSS-2", "ISR-LOSS-1",
+        doc="The document's code: -(w.detach() * A * mask).sum() / (mask.sum() + 1e-8), with no log pi "
+            "factor, so the loss is a constant and its gradient is zero.",
+        source="seed 003 §9")
+def zero_gradient_loss(ref):
+    from reference_impl.isreshape.losses import document_policy_loss
+
+    return override(ref, "isreshape", policy_loss=document_policy_loss)
+
+
+@mutant("ISR-GAMMA-1", doc="gamma from the signed advantage, sigma(beta A): negative advantages get gamma < 1/2.",
+        source="seed 003 §3.4 vs §8.1 (SAPO's use of sign(A))")
+def signed_advantage_gamma(ref):
+    def reward_gamma(advantages, *, beta=1.0, gamma_min=0.0, gamma_max=1.0):
+        return gamma_min + (gamma_max - gamma_min) * torch.sigmoid(beta * advantages)
+
+    return override(ref, "isreshape", reward_gamma=reward_gamma)
+
+
+@mutant("ISR-SAPO-1", "ISR-W-1", doc="sech^2(tau (r - 1)) without the /2 in the SAPO weight (and so in w).",
+        source="seed 003 §2.1")
+def sech2_without_half(ref):
+    def sapo_weight(ratio, *, tau=1.0):
+        return ratio / torch.cosh(tau * (ratio - 1.0)) ** 2
+
+    def reshape_weight(ratio, gamma, *, tau=1.0):
+        return (1.0 - gamma) + gamma * sapo_weight(ratio, tau=tau)
+
+    return override(ref, "isreshape", sapo_weight=sapo_weight, reshape_weight=reshape_weight)
+
+
+@mutant("ISR-F-1", "ISR-F-2", doc="f without the 2/tau factor: (1 - gamma) log r + gamma tanh(tau (r - 1)/2).",
+        source="seed 003 §4.1")
+def f_without_two_over_tau(ref):
+    def reshape_f(ratio, gamma, *, tau=1.0):
+        return (1.0 - gamma) * torch.log(ratio) + gamma * torch.tanh(tau * (ratio - 1.0) / 2.0)
+
+    return override(ref, "isreshape", reshape_f=reshape_f)
+
+
+@mutant("ISR-F-2", doc="§4.1's reading w = r f'(r) + f(r): the weight gains f_gamma(r) (1 + log r at gamma = 0).",
+        source="seed 003 §4.1")
+def weight_is_rf_prime_plus_f(ref):
+    def reshape_weight(ratio, gamma, *, tau=1.0):
+        return ref.isreshape.reshape_weight(ratio, gamma, tau=tau) + ref.isreshape.reshape_f(ratio, gamma, tau=tau)
+
+    return override(ref, "isreshape", reshape_weight=reshape_weight)
+
+
+@mutant("ISR-LOSS-2", doc="The weight is not detached: the gradient picks up d w / d log pi through r.",
+        source="seed 003 appendix C")
+def undetached_weight(ref):
+    def policy_loss(log_prob, ref_log_prob, advantages, response_mask, *, tau=1.0, beta=1.0, gamma_min=0.0,
+                    gamma_max=1.0, log_ratio_clamp=20.0, mask_eps=1e-8):
+        r = torch.exp((log_prob - ref_log_prob).clamp(-log_ratio_clamp, log_ratio_clamp))
+        gamma = ref.isreshape.reward_gamma(advantages.detach(), beta=beta, gamma_min=gamma_min, gamma_max=gamma_max)
+        weight = (1.0 - gamma) + gamma * r / torch.cosh(tau * (r - 1.0) / 2.0) ** 2
+        return -(weight * advantages * log_prob * response_mask).sum() / (response_mask.sum() + mask_eps)
+
+    return override(ref, "isreshape", policy_loss=policy_loss)
+
+
+@mutant("ISR-RATIO-1", doc="No clamp on the log-ratio before exp.", source="seed 003 §9")
+def unclamped_ratio(ref):
+    def importance_ratio(log_prob, ref_log_prob, *, log_ratio_clamp=20.0):
+        return torch.exp(log_prob - ref_log_prob)
+
+    return override(ref, "isreshape", importance_ratio=importance_ratio)

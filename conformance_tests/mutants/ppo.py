@@ -1,0 +1,186 @@
+"""Mutants of the ppo family: the anti-patterns of seed 002 §12 and §5, one operation each."""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.distributions import Categorical
+
+from conformance_tests.mutants import mutant, override
+from reference_impl.ppo import mappo, masking, update
+
+
+def _update_with(step):
+    """A ppo_update whose minibatch step is ``step`` (the reference loop otherwise)."""
+    return functools.partial(update.run_update, step=step)
+
+
+# ----------------------------------------------------------------------------- update-time distribution
+@mutant("PPO-MASK-3", doc="The update scores the action under another distribution than the sampling one: "
+        "uniform over all actions (the §0 symptom: new_log_prob = -log|A|, entropy = log|A|).", source="002 §0, §12")
+def uniform_at_update(ref):
+    def evaluate_actions(logits, mask, action):
+        dist = Categorical(logits=torch.zeros_like(logits))
+        return dist.log_prob(action), dist.entropy()
+
+    return override(ref, "ppo", evaluate_actions=evaluate_actions)
+
+
+@mutant("PPO-LOGP-1", doc="log(action_probs[idx]) by hand: -inf once a legal probability underflows.",
+        source="002 §2, §12")
+def hand_log_of_probs(ref):
+    def evaluate_actions(logits, mask, action):
+        probs = torch.softmax(ref.ppo.masked_logits(logits, mask), -1)
+        p = probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        return torch.log(p), -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
+
+    return override(ref, "ppo", evaluate_actions=evaluate_actions)
+
+
+@mutant("PPO-MASK-4", doc="Normalises the masked logits without shifting by the row max: in float16 the "
+        "log-probs lose an ulp of the largest logit (0.125 nats near 128).", source="002 §3")
+def unshifted_normalisation(ref):
+    def evaluate_actions(logits, mask, action):
+        dist = Categorical(logits=ref.ppo.masked_logits(logits, mask), validate_args=False)
+        return dist.log_prob(action), dist.entropy()
+
+    return override(ref, "ppo", evaluate_actions=evaluate_actions)
+
+
+# ----------------------------------------------------------------------------- old log-prob
+@mutant("PPO-OLD-1", doc="old_log_prob is cached without .detach(): it stays on the sampling graph.",
+        source="002 §2, §12")
+def old_log_prob_not_detached(ref):
+    def sample_actions(logits, mask, *, generator=None):
+        dist = masking.masked_distribution(logits, mask)
+        action = torch.multinomial(dist.probs.detach().float(), 1, generator=generator).squeeze(-1)
+        return action, dist.log_prob(action)
+
+    return override(ref, "ppo", sample_actions=sample_actions)
+
+
+@mutant("PPO-OLD-1", "PPO-UPDATE-2", doc="old_log_prob recomputed with the current policy at every minibatch: "
+        "ratio is always 1, approx_kl always 0, the clip never acts.", source="002 §12")
+def old_log_prob_recomputed(ref):
+    def step(actor, critic, mb, *, clip_eps, vf_coef, ent_coef):
+        logits = actor(mb["obs"])
+        old = masking.evaluate_actions(logits, mb["mask"], mb["action"])[0].detach()
+        values = critic(mb.get("critic_obs", mb["obs"])).reshape(-1)
+        return update.loss_terms(logits, values, mb, old_log_prob=old, clip_eps=clip_eps, vf_coef=vf_coef,
+                                 ent_coef=ent_coef)
+
+    return override(ref, "ppo", ppo_update=_update_with(step))
+
+
+@mutant("PPO-OLD-1", "PPO-UPDATE-3", doc="The update uses old_log_prob without .detach(): at ratio 1 the "
+        "policy gradient cancels through the old log-prob.", source="002 §2, §12")
+def old_log_prob_not_detached_in_update(ref):
+    def step(actor, critic, mb, *, clip_eps, vf_coef, ent_coef):
+        logits = actor(mb["obs"])
+        values = critic(mb.get("critic_obs", mb["obs"])).reshape(-1)
+        return update.loss_terms(logits, values, mb, old_log_prob=mb["old_log_prob"], clip_eps=clip_eps,
+                                 vf_coef=vf_coef, ent_coef=ent_coef)
+
+    return override(ref, "ppo", ppo_update=_update_with(step))
+
+
+# ----------------------------------------------------------------------------- reductions
+@mutant("PPO-LOSS-1", "PPO-LOSS-2", "PPO-LOSS-4", doc=".sum() in place of .mean() in the policy and value losses.",
+        source="002 §2, §12")
+def sum_instead_of_mean(ref):
+    def clipped_policy_loss(ratio, advantage, *, clip_eps):
+        return -torch.min(ratio * advantage, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * advantage).sum()
+
+    def value_loss(values, returns):
+        return 0.5 * (returns - values).pow(2).sum()
+
+    return override(ref, "ppo", clipped_policy_loss=clipped_policy_loss, value_loss=value_loss)
+
+
+@mutant("PPO-LOSS-4", doc="The update sums the per-sample loss over the minibatch (the step grows with the batch).",
+        source="002 §2, §12")
+def sum_in_update(ref):
+    def step(actor, critic, mb, **kw):
+        loss, metrics = update.minibatch_loss(actor, critic, mb, **kw)
+        n = len(mb["action"])
+        return loss * n, {**metrics, "loss": metrics["loss"] * n}
+
+    return override(ref, "ppo", ppo_update=_update_with(step))
+
+
+@mutant("PPO-GRAD-1", doc="Gradient clipping forgotten: the norm is reported, the gradients are left as they are.",
+        source="002 §4")
+def no_grad_clip(ref):
+    def clip_grad_norm(parameters, *, max_norm):
+        return torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in parameters]))
+
+    return override(ref, "ppo", clip_grad_norm=clip_grad_norm)
+
+
+@mutant("PPO-KLSTOP-1", doc="§11's reading of the guard: stop only above 0.05 instead of 2 x target_kl = 0.03.",
+        source="002 §11 (errata)")
+def kl_stop_at_slo_threshold(ref):
+    def kl_early_stop(approx_kl, *, target_kl=0.015, factor=2.0):
+        return float(approx_kl) > 0.05
+
+    return override(ref, "ppo", kl_early_stop=kl_early_stop)
+
+
+# ----------------------------------------------------------------------------- local-index remapping
+@mutant("PPO-REMAP-1", doc="log_prob of the global action id under the local distribution, although sampling "
+        "used local indices.", source="002 §5, §12")
+def global_id_log_prob(ref):
+    def local_log_prob(logits_row, valid_ids, local_idx):
+        return Categorical(logits=logits_row[valid_ids]).log_prob(valid_ids[local_idx])
+
+    return override(ref, "ppo", local_log_prob=local_log_prob)
+
+
+@mutant("PPO-REMAP-2", doc="min(idx, len-1) fallback: an out-of-range local index becomes the last legal action.",
+        source="002 §5, §12")
+def min_idx_fallback(ref):
+    def local_log_prob(logits_row, valid_ids, local_idx):
+        safe = torch.clamp(local_idx, 0, len(valid_ids) - 1)
+        return Categorical(logits=logits_row[valid_ids], validate_args=False).log_prob(safe)
+
+    return override(ref, "ppo", local_log_prob=local_log_prob)
+
+
+# ----------------------------------------------------------------------------- MAPPO
+@mutant("PPO-MAPPO-2", "PPO-MAPPO-3", doc="MAPPO batches merged without aligning every field: actor-side fields "
+        "sorted by key, critic obs, advantage and return left in storage order.", source="002 §6, §12")
+def mappo_unaligned(ref):
+    def align_batch(batch):
+        out = mappo.align_batch(batch)
+        return {k: batch[k] if k in ("critic_obs", "advantage", "return") else v for k, v in out.items()}
+
+    return override(ref, "ppo", align_batch=align_batch)
+
+
+@mutant("PPO-MAPPO-4", doc="One agent's mask broadcast to every agent of the same (episode, timestep).",
+        source="002 §6")
+def mask_broadcast_across_agents(ref):
+    def align_batch(batch):
+        out = mappo.align_batch(batch)
+        if "mask" in out:
+            e, t = out["episode_id"], out["timestep"]
+            first = torch.ones_like(e, dtype=torch.bool)
+            first[1:] = (e[1:] != e[:-1]) | (t[1:] != t[:-1])
+            leader = torch.cummax(torch.where(first, torch.arange(len(e)), torch.zeros_like(e)), 0).values
+            out["mask"] = out["mask"][leader]
+        return out
+
+    return override(ref, "ppo", align_batch=align_batch)
+
+
+@mutant("PPO-MAPPO-1", doc="The document's sample assertions: agent_id and timestep each checked for "
+        "monotonicity on their own, which rejects a correctly sorted batch.", source="002 §6 (errata)")
+def per_column_order_check(ref):
+    def check_alignment(batch):
+        for k in ("agent_id", "timestep"):
+            if not bool((batch[k][:-1] <= batch[k][1:]).all()):
+                raise ValueError(f"[PPO-MAPPO-1] {k} not sorted")
+
+    return override(ref, "ppo", check_alignment=check_alignment)
+
+

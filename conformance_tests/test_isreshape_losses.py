@@ -1,0 +1,254 @@
+"""IS Reshape v4 §5, §9, appendix C: the policy loss and its gradient, the SFT variant, the
+diagnostics and bad token input. Oracles are numpy closed forms and hand-computed values."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_close, assert_rejects, assert_that
+from conformance_tests.test_isreshape_weights import np_gamma, np_weight
+
+EPS = 1e-8
+
+
+def np_token_weights(lp, ref, adv, *, tau=1.0, beta=1.0, gmin=0.0, gmax=1.0):
+    log_r = np.clip(lp - ref, -20.0, 20.0)
+    r = np.exp(log_r)
+    g = np_gamma(adv, beta, gmin, gmax)
+    return log_r, r, g, np_weight(r, g, tau)
+
+
+def grad_of(loss, x):
+    """d loss / d x, zeros when the loss does not depend on x at all (the document's constant loss)."""
+    if not loss.requires_grad:
+        return torch.zeros_like(x)
+    (g,) = torch.autograd.grad(loss, x, allow_unused=True)
+    return torch.zeros_like(x) if g is None else g
+
+
+@st.composite
+def loss_cases(draw):
+    batch = draw(st_.isr_token_batches())
+    hyper = dict(tau=draw(st_.isr_taus()), beta=draw(st_.isr_betas()))
+    lo, hi = sorted(draw(st.tuples(st_.isr_gammas(), st_.isr_gammas())))
+    return batch, dict(hyper, gamma_min=lo, gamma_max=hi)
+
+
+def _np(batch):
+    return [t.numpy() for t in batch]
+
+
+# hand example: pi = (1/2, 1/4), mu = (1/2, 1/8) -> r = (1, 2); A = (1, -2); both tokens in the mask
+GOLD_LP = [math.log(0.5), math.log(0.25)]
+GOLD_REF = [math.log(0.5), math.log(0.125)]
+GOLD_ADV = [1.0, -2.0]
+G1, G2 = 1 / (1 + math.exp(-1.0)), 1 / (1 + math.exp(-2.0))  # sigma(|A|) at beta = 1
+W1, W2 = 1.0, (1 - G2) + G2 * 1.572895465931855  # w(1) = 1, w_SAPO(2) = 1.5729 at tau = 1
+
+
+def _gold():
+    return (torch.tensor(GOLD_LP, dtype=torch.float64), torch.tensor(GOLD_REF, dtype=torch.float64),
+            torch.tensor(GOLD_ADV, dtype=torch.float64), torch.ones(2, dtype=torch.float64))
+
+
+# ----------------------------------------------------------------------------- ISR-LOSS-1
+@pytest.mark.clause("ISR-LOSS-1")
+@given(loss_cases())
+def test_loss_value(isreshape, case):
+    batch, hp = case
+    lp, ref, adv, m = _np(batch)
+    *_, w = np_token_weights(lp, ref, adv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"], gmax=hp["gamma_max"])
+    expected = -(w * adv * lp * m).sum() / (m.sum() + EPS)
+    assert_close(isreshape.policy_loss(*batch, **hp), expected, "ISR-LOSS-1")
+
+
+@pytest.mark.clause("ISR-LOSS-1")
+def test_loss_golden(isreshape):
+    expected = -(W1 * 1.0 * GOLD_LP[0] + W2 * -2.0 * GOLD_LP[1]) / (2 + EPS)
+    assert_close(isreshape.policy_loss(*_gold()), expected, "ISR-LOSS-1")
+
+
+@pytest.mark.clause("ISR-LOSS-1")
+@given(st_.isr_token_batches())
+def test_loss_is_the_token_mean_of_single_token_losses(isreshape, batch):
+    # differential: the batched loss vs a loop of one-token losses averaged over the masked tokens
+    lp, ref, adv, m = batch
+    singles = [float(isreshape.policy_loss(lp[i:i + 1], ref[i:i + 1], adv[i:i + 1], torch.ones(1, dtype=lp.dtype)))
+               for i in range(len(lp)) if m[i] > 0]
+    expected = sum(singles) * (1 + EPS) / (float(m.sum()) + EPS)
+    assert_close(isreshape.policy_loss(lp, ref, adv, m), expected, "ISR-LOSS-1")
+
+
+# ----------------------------------------------------------------------------- ISR-LOSS-2
+@pytest.mark.clause("ISR-LOSS-2")
+@given(loss_cases())
+def test_loss_gradient_is_minus_weight_times_advantage(isreshape, case):
+    batch, hp = case
+    lp, ref, adv, m = (t.clone().requires_grad_(True) for t in batch)
+    loss = isreshape.policy_loss(lp, ref, adv, m.detach(), **hp)
+    nlp, nref, nadv, nm = _np(batch)
+    *_, w = np_token_weights(nlp, nref, nadv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"],
+                             gmax=hp["gamma_max"])
+    if loss.requires_grad:
+        grads = torch.autograd.grad(loss, [lp, ref, adv], allow_unused=True)
+    else:  # the document's constant loss: no gradient anywhere
+        grads = (None, None, None)
+    g_lp, g_ref, g_adv = (torch.zeros_like(lp) if g is None else g for g in grads)
+    assert_close(g_lp, -w * nadv * nm / (nm.sum() + EPS), "ISR-LOSS-2", what="dL/dlog pi")
+    assert_close(g_ref, np.zeros(len(nlp)), "ISR-LOSS-2", what="no gradient into log mu (w is detached)")
+    assert_close(g_adv, np.zeros(len(nlp)), "ISR-LOSS-2", what="no gradient into the advantages")
+
+
+@pytest.mark.clause("ISR-LOSS-2")
+def test_loss_gradient_golden(isreshape):
+    lp, ref, adv, m = _gold()
+    x = lp.clone().requires_grad_(True)
+    g = grad_of(isreshape.policy_loss(x, ref, adv, m), x)
+    assert_close(g, [-W1 * 1.0 / (2 + EPS), -W2 * -2.0 / (2 + EPS)], "ISR-LOSS-2",
+                 what="a zero gradient means the loss lost its log pi factor")
+
+
+@pytest.mark.clause("ISR-LOSS-2")
+def test_loss_gradient_by_finite_differences(isreshape):
+    # dL/dlog pi with the weight held fixed: finite differences of the surrogate at frozen w
+    from conformance_tests.harness import finite_difference
+
+    lp, ref, adv, m = _gold()
+    x = lp.clone().requires_grad_(True)
+    g = grad_of(isreshape.policy_loss(x, ref, adv, m), x)
+    w = np.array([W1, W2])
+    fd = finite_difference(lambda z: -(torch.from_numpy(w) * adv * z * m).sum() / (m.sum() + EPS), lp)
+    assert_close(g, fd.numpy(), "ISR-LOSS-2")
+
+
+# ----------------------------------------------------------------------------- ISR-SFT-1
+@pytest.mark.clause("ISR-SFT-1")
+@given(st_.isr_token_batches(), st_.isr_taus(), st_.isr_gammas())
+def test_sft_loss_value_and_gradient(isreshape, batch, tau, gamma_sft):
+    lp, ref, _, m = batch
+    x = lp.clone().requires_grad_(True)
+    loss = isreshape.sft_loss(x, ref, m, tau=tau, gamma_sft=gamma_sft)
+    nlp, nref, nm = lp.numpy(), ref.numpy(), m.numpy()
+    w = np_weight(np.exp(np.clip(nlp - nref, -20, 20)), gamma_sft, tau)
+    assert_close(loss, -(w * nlp * nm).sum() / (nm.sum() + EPS), "ISR-SFT-1", what="loss value")
+    assert_close(grad_of(loss, x), -w * nm / (nm.sum() + EPS), "ISR-SFT-1", what="dL/dlog pi (w detached)")
+
+
+@pytest.mark.clause("ISR-SFT-1")
+def test_sft_loss_golden(isreshape):
+    lp, ref, _, m = _gold()
+    w2 = 0.8 + 0.2 * 1.572895465931855  # default gamma_sft = 0.2 at r = 2
+    expected = -(1.0 * GOLD_LP[0] + w2 * GOLD_LP[1]) / (2 + EPS)
+    assert_close(isreshape.sft_loss(lp, ref, m), expected, "ISR-SFT-1")
+
+
+# ----------------------------------------------------------------------------- ISR-METRIC-*
+@pytest.mark.clause("ISR-METRIC-1")
+@given(loss_cases())
+def test_masked_mean_metrics(isreshape, case):
+    batch, hp = case
+    lp, ref, adv, m = _np(batch)
+    _, r, g, w = np_token_weights(lp, ref, adv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"], gmax=hp["gamma_max"])
+    sapo = np_weight(r, 1.0, hp["tau"])
+    got = isreshape.loss_metrics(*batch, **hp)
+    for name, x in (("gamma_mean", g), ("weight_mean", w), ("sapo_weight_mean", sapo), ("ratio_mean", r),
+                    ("abs_adv_mean", np.abs(adv))):
+        assert_close(got[name], (x * m).sum() / m.sum(), "ISR-METRIC-1", what=name)
+
+
+@pytest.mark.clause("ISR-METRIC-2")
+@given(loss_cases())
+def test_spread_and_peak_metrics(isreshape, case):
+    batch, hp = case
+    lp, ref, adv, m = _np(batch)
+    *_, g, w = np_token_weights(lp, ref, adv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"], gmax=hp["gamma_max"])
+    sel = m > 0
+    got = isreshape.loss_metrics(*batch, **hp)
+    std = float(np.std(g[sel], ddof=1)) if sel.sum() > 1 else 0.0
+    assert_close(got["gamma_std"], std, "ISR-METRIC-2", what="gamma_std (ddof = 1)")
+    assert_close(got["weight_max"], w[sel].max(), "ISR-METRIC-2", what="weight_max over masked tokens")
+
+
+@pytest.mark.clause("ISR-METRIC-3")
+@given(loss_cases())
+def test_kl_metric(isreshape, case):
+    batch, hp = case
+    lp, ref, _, m = _np(batch)
+    got = isreshape.loss_metrics(*batch, **hp)
+    assert_close(got["kl"], (-np.clip(lp - ref, -20, 20) * m).sum() / m.sum(), "ISR-METRIC-3")
+
+
+@pytest.mark.clause("ISR-METRIC-1", "ISR-METRIC-2", "ISR-METRIC-3")
+def test_metrics_golden(isreshape):
+    lp, ref, adv, _ = _gold()
+    m = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    got = isreshape.loss_metrics(lp, ref, adv, m)
+    assert_close(got["gamma_mean"], (G1 + G2) / 2, "ISR-METRIC-1", what="gamma_mean")
+    assert_close(got["ratio_mean"], 1.5, "ISR-METRIC-1", what="ratio_mean")
+    assert_close(got["abs_adv_mean"], 1.5, "ISR-METRIC-1", what="abs_adv_mean")
+    assert_close(got["sapo_weight_mean"], (1 + 1.572895465931855) / 2, "ISR-METRIC-1", what="sapo_weight_mean")
+    assert_close(got["weight_mean"], (W1 + W2) / 2, "ISR-METRIC-1", what="weight_mean")
+    assert_close(got["gamma_std"], abs(G2 - G1) / math.sqrt(2), "ISR-METRIC-2", what="gamma_std of two tokens")
+    assert_close(got["weight_max"], W2, "ISR-METRIC-2", what="weight_max")
+    assert_close(got["kl"], -math.log(2) / 2, "ISR-METRIC-3", what="kl = mean(-log r)")
+    one = isreshape.loss_metrics(lp, ref, adv, torch.tensor([0.0, 1.0], dtype=torch.float64))
+    assert_close(one["gamma_std"], 0.0, "ISR-METRIC-2", what="gamma_std of a single token")
+    assert_close(one["weight_max"], W2, "ISR-METRIC-2", what="weight_max ignores masked-out tokens")
+
+
+# ----------------------------------------------------------------------------- ISR-INPUT-1/2/3/4 (losses)
+@pytest.mark.clause("ISR-INPUT-1")
+@pytest.mark.parametrize("op", ["policy_loss", "loss_metrics", "sft_loss"])
+def test_mismatched_token_shapes_are_rejected(isreshape, op):
+    a, b = torch.zeros(3, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
+    args = (a, a, b) if op == "sft_loss" else (a, a, a, b)
+    assert_rejects("ISR-INPUT-1", isreshape.raw(op), *args)
+
+
+@pytest.mark.clause("ISR-INPUT-1")
+def test_empty_mask_is_rejected_by_metrics(isreshape):
+    z = torch.zeros(3, dtype=torch.float64)
+    assert_rejects("ISR-INPUT-1", isreshape.raw("loss_metrics"), z - 1.0, z - 1.0, z + 1.0, z)
+
+
+@pytest.mark.clause("ISR-INPUT-2")
+@pytest.mark.parametrize("where", [0, 1, 2])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_token_input_is_rejected(isreshape, where, bad):
+    args = [torch.full((3,), -1.0, dtype=torch.float64) for _ in range(3)] + [torch.ones(3, dtype=torch.float64)]
+    args[where][1] = bad
+    assert_rejects("ISR-INPUT-2", isreshape.raw("policy_loss"), *args)
+    if where < 2:  # a log-probability
+        assert_rejects("ISR-INPUT-2", isreshape.raw("importance_ratio"), args[0], args[1])
+
+
+@pytest.mark.clause("ISR-INPUT-3")
+def test_loss_rejects_non_positive_tau(isreshape):
+    z = torch.full((2,), -1.0, dtype=torch.float64)
+    assert_rejects("ISR-INPUT-3", isreshape.raw("policy_loss"), z, z, z, torch.ones(2, dtype=torch.float64), tau=0.0)
+    assert_rejects("ISR-INPUT-3", isreshape.raw("sft_loss"), z, z, torch.ones(2, dtype=torch.float64), tau=-1.0)
+
+
+@pytest.mark.clause("ISR-INPUT-4")
+@pytest.mark.parametrize("gamma_sft", [-0.2, 1.2])
+def test_sft_rejects_gamma_outside_unit_interval(isreshape, gamma_sft):
+    z = torch.full((2,), -1.0, dtype=torch.float64)
+    assert_rejects("ISR-INPUT-4", isreshape.raw("sft_loss"), z, z, torch.ones(2, dtype=torch.float64), gamma_sft=gamma_sft)
+
+
+# ----------------------------------------------------------------------------- ISR-DEFAULT-5
+@pytest.mark.clause("ISR-DEFAULT-5")
+def test_defaults_lie_in_appendix_a_ranges(isreshape):
+    from rlconform.spec import default_spec
+
+    ranges = default_spec().clause("ISR-DEFAULT-5").value
+    table = isreshape.defaults()
+    for key in ("tau", "beta", "gamma_min", "gamma_max", "gamma_sft"):
+        lo, hi = ranges[f"{key}_range"]
+        assert_that(lo <= table[key] <= hi, "ISR-DEFAULT-5", table[key], f"{key} in [{lo}, {hi}]")

@@ -1,0 +1,283 @@
+"""PPO §4, §8: ratio, the two KL estimators, clip fraction, PPO-Clip, value and total loss with mean
+reductions, gradient-norm clipping, advantage normalisation, the KL guard and reward scaling."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, finite_difference
+
+
+# ----------------------------------------------------------------------------- ratio and KL
+@pytest.mark.clause("PPO-RATIO-1")
+@given(st_.log_prob_pairs())
+def test_ratio_is_exp_of_log_prob_difference(ppo, pair):
+    old, new = pair
+    assert_close(ppo.ratio(new, old), np.exp(new.numpy() - old.numpy()), "PPO-RATIO-1")
+
+
+@pytest.mark.clause("PPO-RATIO-1")
+def test_ratio_golden_from_the_symptom_log(ppo):
+    # §0: ratio.mean ≈ 8.26 comes from log-prob differences near log 8.26 = 2.11
+    old = torch.tensor([-3.72, -0.5], dtype=torch.float64)
+    new = torch.tensor([-1.61, -0.5], dtype=torch.float64)
+    assert_close(ppo.ratio(new, old), [math.exp(2.11), 1.0], "PPO-RATIO-1")
+
+
+@pytest.mark.clause("PPO-KL-1")
+@given(st_.log_prob_pairs())
+def test_approx_kl_is_mean_old_minus_new(ppo, pair):
+    old, new = pair
+    assert_close(ppo.approx_kl(old, new), np.mean(old.numpy() - new.numpy()), "PPO-KL-1")
+
+
+@pytest.mark.clause("PPO-KL-1")
+def test_approx_kl_golden_can_be_negative(ppo):
+    old = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
+    new = torch.tensor([-0.5, -1.0, -0.5], dtype=torch.float64)
+    assert_close(ppo.approx_kl(old, new), -0.5, "PPO-KL-1")  # (−0.5 − 1 + 0) / 3
+
+
+@pytest.mark.clause("PPO-KL-2")
+@given(st_.log_prob_pairs())
+def test_k3_kl_is_mean_r_minus_1_minus_log_r_and_non_negative(ppo, pair):
+    old, new = pair
+    lr = new.numpy() - old.numpy()
+    got = ppo.k3_kl(old, new)
+    assert_close(got, np.mean(np.expm1(lr) - lr), "PPO-KL-2")
+    assert_that(float(got) >= 0.0, "PPO-KL-2", got, "a non-negative estimate")
+
+
+@pytest.mark.clause("PPO-KL-2")
+def test_k3_kl_golden(ppo):
+    old = torch.tensor([-1.0, -1.0], dtype=torch.float64)
+    new = torch.tensor([-1.0 + math.log(2.0), -1.0], dtype=torch.float64)  # r = 2 and 1
+    assert_close(ppo.k3_kl(old, new), ((2 - 1 - math.log(2)) + 0.0) / 2, "PPO-KL-2")
+
+
+@pytest.mark.clause("PPO-CLIPFRAC-1")
+@given(st_.ratios_and_advantages(), st.floats(0.05, 0.5))
+def test_clip_fraction_is_share_outside_the_clip_range(ppo, ra, eps):
+    r, _ = ra
+    assert_close(ppo.clip_fraction(r, clip_eps=eps), np.mean(np.abs(r.numpy() - 1.0) > eps), "PPO-CLIPFRAC-1")
+
+
+@pytest.mark.clause("PPO-CLIPFRAC-1")
+def test_clip_fraction_golden(ppo):
+    r = torch.tensor([1.0, 1.2, 1.25, 0.7, 0.81], dtype=torch.float64)
+    # |r−1| = 0, 0.2 (not strictly above), 0.25, 0.3, 0.19 -> 2 of 5
+    assert_equal(ppo.clip_fraction(r, clip_eps=0.2 + 1e-12), torch.tensor(0.4, dtype=torch.float64), "PPO-CLIPFRAC-1")
+
+
+# ----------------------------------------------------------------------------- losses
+def np_clipped_loss(r, a, eps):
+    return -np.mean(np.minimum(r * a, np.clip(r, 1 - eps, 1 + eps) * a))
+
+
+@pytest.mark.clause("PPO-LOSS-1")
+@given(st_.ratios_and_advantages(), st.floats(0.05, 0.5))
+def test_clipped_policy_loss(ppo, ra, eps):
+    r, a = ra
+    assert_close(ppo.clipped_policy_loss(r, a, clip_eps=eps), np_clipped_loss(r.numpy(), a.numpy(), eps), "PPO-LOSS-1")
+
+
+@pytest.mark.clause("PPO-LOSS-1")
+def test_clipped_policy_loss_golden(ppo):
+    # A>0: min(1.5·2, 1.2·2) = 2.4; A<0: min(0.5·−1, 0.8·−1) = −0.8; r=1: 1·3 = 3 -> loss = −(2.4 − 0.8 + 3)/3
+    r = torch.tensor([1.5, 0.5, 1.0], dtype=torch.float64)
+    a = torch.tensor([2.0, -1.0, 3.0], dtype=torch.float64)
+    assert_close(ppo.clipped_policy_loss(r, a, clip_eps=0.2), -(2.4 - 0.8 + 3.0) / 3, "PPO-LOSS-1")
+
+
+@pytest.mark.clause("PPO-LOSS-1")
+@given(st_.ratios_and_advantages(max_batch=6))
+def test_clipped_policy_loss_gradient_matches_finite_differences(ppo, ra):
+    r, a = ra
+    r = r[(np.abs(np.abs(r.numpy() - 1.0) - 0.2) > 1e-3)]  # away from the kinks of clip
+    a = a[: len(r)]
+    if len(r) == 0:
+        return
+    x = r.clone().requires_grad_(True)
+    ppo.clipped_policy_loss(x, a, clip_eps=0.2).backward()
+    fd = finite_difference(lambda v: np_clipped_loss(v.numpy(), a.numpy(), 0.2), r)
+    assert_that(np.allclose(x.grad.numpy(), fd.numpy(), rtol=1e-5, atol=1e-7), "PPO-LOSS-1", x.grad,
+                f"the finite-difference gradient {fd.tolist()} (gradient tolerance)")
+
+
+@pytest.mark.clause("PPO-LOSS-2")
+@given(st_.ratios_and_advantages())
+def test_value_loss_is_half_mean_squared_error(ppo, va):
+    v, ret = va
+    assert_close(ppo.value_loss(v, ret), 0.5 * np.mean((ret.numpy() - v.numpy()) ** 2), "PPO-LOSS-2")
+
+
+@pytest.mark.clause("PPO-LOSS-2")
+def test_value_loss_golden(ppo):
+    v = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    ret = torch.tensor([0.0, 4.0], dtype=torch.float64)
+    assert_close(ppo.value_loss(v, ret), 0.5 * (1 + 4) / 2, "PPO-LOSS-2")
+
+
+@pytest.mark.clause("PPO-LOSS-3")
+@given(st.floats(-5, 5), st.floats(0, 5), st.floats(0, 3), st.floats(0, 1), st.floats(0, 0.1))
+def test_total_loss_combines_the_terms(ppo, pl, vl, ent, vf, ec):
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    assert_close(ppo.total_loss(t(pl), t(vl), t(ent), vf_coef=vf, ent_coef=ec), pl + vf * vl - ec * ent, "PPO-LOSS-3")
+
+
+@pytest.mark.clause("PPO-LOSS-3")
+def test_total_loss_golden_entropy_lowers_the_loss(ppo):
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    got = ppo.total_loss(t(0.3), t(2.0), t([1.0, 2.0]), vf_coef=0.5, ent_coef=0.01)
+    assert_close(got, 0.3 + 1.0 - 0.015, "PPO-LOSS-3")  # per-row entropy averaged to 1.5
+
+
+@pytest.mark.clause("PPO-LOSS-4")
+@given(st_.ratios_and_advantages(), st.integers(2, 4))
+def test_losses_do_not_scale_with_batch_size(ppo, ra, k):
+    r, a = ra
+    rep = lambda x: x.repeat(k)  # noqa: E731
+    assert_close(ppo.clipped_policy_loss(rep(r), rep(a), clip_eps=0.2),
+                 np_clipped_loss(r.numpy(), a.numpy(), 0.2), "PPO-LOSS-4", what="policy loss")
+    assert_close(ppo.value_loss(rep(r), rep(a)), 0.5 * np.mean((a.numpy() - r.numpy()) ** 2), "PPO-LOSS-4",
+                 what="value loss")
+    old, new = -r.abs(), -a.abs()
+    assert_close(ppo.approx_kl(rep(old), rep(new)), np.mean(old.numpy() - new.numpy()), "PPO-LOSS-4", what="approx_kl")
+    assert_close(ppo.clip_fraction(rep(r), clip_eps=0.2), np.mean(np.abs(r.numpy() - 1) > 0.2), "PPO-LOSS-4",
+                 what="clip_fraction")
+
+
+# ----------------------------------------------------------------------------- gradient clipping
+@pytest.mark.clause("PPO-GRAD-1")
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.data(), st.floats(0.01, 10.0))
+def test_clip_grad_norm_rescales_to_the_bound(ppo, sizes, data, max_norm):
+    params = []
+    for n in sizes:
+        p = torch.nn.Parameter(torch.zeros(n, dtype=torch.float64))
+        p.grad = data.draw(st_.tensors((n,), lo=-5.0, hi=5.0))
+        params.append(p)
+    g = np.concatenate([p.grad.numpy().copy() for p in params])
+    norm = np.linalg.norm(g)
+    got_norm = ppo.clip_grad_norm(params, max_norm=max_norm)
+    assert_close(got_norm, norm, "PPO-GRAD-1", what="returned norm (before clipping)")
+    coef = min(1.0, max_norm / (norm + 1e-6))
+    assert_close(torch.cat([p.grad for p in params]), g * coef, "PPO-GRAD-1")
+
+
+@pytest.mark.clause("PPO-GRAD-1")
+def test_clip_grad_norm_golden(ppo):
+    p = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    p.grad = torch.tensor([3.0, 4.0], dtype=torch.float64)  # norm 5
+    ppo.clip_grad_norm([p], max_norm=1.0)
+    assert_close(p.grad, [0.6 / (1 + 2e-7), 0.8 / (1 + 2e-7)], "PPO-GRAD-1")
+    q = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    q.grad = torch.tensor([0.3, 0.4], dtype=torch.float64)  # already inside the bound: unchanged
+    ppo.clip_grad_norm([q], max_norm=1.0)
+    assert_close(q.grad, [0.3, 0.4], "PPO-GRAD-1")
+
+
+# ----------------------------------------------------------------------------- advantages
+@pytest.mark.clause("PPO-ADV-1")
+@given(st_.advantages())
+def test_advantage_normalisation(ppo, adv):
+    a = adv.numpy()
+    assert_close(ppo.normalize_advantages(adv), (a - a.mean()) / (a.std(ddof=1) + 1e-8), "PPO-ADV-1")
+
+
+@pytest.mark.clause("PPO-ADV-1")
+def test_advantage_normalisation_golden(ppo):
+    adv = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)  # mean 2, Bessel std 1
+    assert_close(ppo.normalize_advantages(adv), [-1 / (1 + 1e-8), 0.0, 1 / (1 + 1e-8)], "PPO-ADV-1")
+
+
+@pytest.mark.clause("PPO-ADV-2")
+@given(st_.advantages(min_size=12, scale=1.0))
+def test_advantage_clamp(ppo, adv):
+    adv = adv.clone()
+    adv[0] = 1e6  # one outlier: its standardised value is about sqrt(N-1) > 3
+    a = adv.numpy()
+    z = (a - a.mean()) / (a.std(ddof=1) + 1e-8)
+    assert_close(ppo.normalize_advantages(adv, clamp=3.0), np.clip(z, -3, 3), "PPO-ADV-2")
+    assert_close(ppo.normalize_advantages(adv, clamp=10.0), np.clip(z, -10, 10), "PPO-ADV-2")
+
+
+@pytest.mark.clause("PPO-ADV-2")
+def test_advantage_clamp_golden(ppo):
+    adv = torch.tensor([0.0] * 199 + [1.0], dtype=torch.float64)  # the outlier standardises to 14.1
+    got = ppo.normalize_advantages(adv, clamp=10.0)
+    assert_close(got[-1:], [10.0], "PPO-ADV-2")
+    assert_close(got[:1], [-0.005 / (math.sqrt(0.005) + 1e-8)], "PPO-ADV-2")  # mean 1/200, Bessel std sqrt(1/200)
+
+
+# ----------------------------------------------------------------------------- KL guard, reward scale
+@pytest.mark.clause("PPO-KLSTOP-1")
+@given(st.floats(-0.1, 0.2), st.floats(0.001, 0.05))
+def test_kl_guard_stops_above_twice_the_target(ppo, kl, target):
+    assert_equal(bool(ppo.kl_early_stop(kl, target_kl=target)), kl > 2 * target, "PPO-KLSTOP-1")
+
+
+@pytest.mark.clause("PPO-KLSTOP-1")
+@pytest.mark.parametrize("kl,stop", [(0.029, False), (0.03, False), (0.0301, True), (0.04, True), (0.05, True), (0.01, False)])
+def test_kl_guard_golden_with_the_document_defaults(ppo, kl, stop):
+    # §8: 2 × 0.015 = 0.03; §11's 0.05 is errata (an implementation stopping at 0.05 misses 0.0301 and 0.04)
+    assert_equal(bool(ppo.kl_early_stop(kl)), stop, "PPO-KLSTOP-1", f"approx_kl={kl}")
+
+
+@pytest.mark.clause("PPO-REWARD-1")
+@given(st_.advantages(scale=20.0), st.floats(0.1, 10.0))
+def test_reward_scaling(ppo, r, scale):
+    assert_close(ppo.scale_reward(r, scale=scale), np.clip(r.numpy() / scale, -1, 1), "PPO-REWARD-1")
+
+
+@pytest.mark.clause("PPO-REWARD-1")
+def test_reward_scaling_golden(ppo):
+    r = torch.tensor([-30.0, -5.0, 0.0, 2.5, 100.0], dtype=torch.float64)
+    assert_close(ppo.scale_reward(r, scale=10.0), [-1.0, -0.5, 0.0, 0.25, 1.0], "PPO-REWARD-1")
+
+
+@pytest.mark.clause("PPO-SLO-4")
+def test_entropy_ratio_golden(ppo):
+    # rows with 4, 2 and 1 legal actions; entropies log 4, 0.5 and 0: (log 4 + 0.5) / (log 4 + log 2)
+    mask = torch.tensor([[True] * 4, [True, True, False, False], [True, False, False, False]])
+    ent = torch.tensor([math.log(4), 0.5, 0.0], dtype=torch.float64)
+    assert_close(ppo.entropy_ratio(ent, mask), (math.log(4) + 0.5) / (math.log(4) + math.log(2)), "PPO-SLO-4")
+
+
+# ----------------------------------------------------------------------------- bad input
+T = lambda *x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+
+
+@pytest.mark.clause("PPO-INPUT-4")
+@pytest.mark.parametrize("case", [
+    ("ratio", (T(0.0, 1.0), T(0.0)), {}),
+    ("ratio", (T(float("nan")), T(0.0)), {}),
+    ("approx_kl", (T(0.0, 1.0), T(0.0)), {}),
+    ("k3_kl", (T(0.0), T(float("nan"))), {}),
+    ("clipped_policy_loss", (T(1.0, 1.0), T(1.0)), {"clip_eps": 0.2}),
+    ("clipped_policy_loss", (T(1.0), T(1.0)), {"clip_eps": 0.0}),
+    ("clipped_policy_loss", (T(1.0), T(1.0)), {"clip_eps": 1.5}),
+    ("clipped_policy_loss", (T(1.0), T(float("nan"))), {"clip_eps": 0.2}),
+    ("clip_fraction", (T(1.0),), {"clip_eps": -0.1}),
+    ("value_loss", (T(1.0, 2.0), T(1.0)), {}),
+    ("value_loss", (T(float("inf")), T(1.0)), {}),
+    ("normalize_advantages", (T(1.0),), {}),
+    ("normalize_advantages", (T(1.0, float("nan")),), {}),
+    ("kl_early_stop", (0.01,), {"target_kl": 0.0}),
+    ("scale_reward", (T(1.0),), {"scale": 0.0}),
+], ids=lambda c: c[0])
+def test_bad_loss_inputs_are_rejected(ppo, case):
+    op, args, kwargs = case
+    assert_rejects("PPO-INPUT-4", ppo.raw(op), *args, **kwargs)
+
+
+@pytest.mark.clause("PPO-INPUT-4")
+def test_non_positive_grad_norm_is_rejected(ppo):
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.ones(2)
+    assert_rejects("PPO-INPUT-4", ppo.raw("clip_grad_norm"), [p], max_norm=0.0)

@@ -1,0 +1,285 @@
+"""PPO §4, §7, §8, §9 at trainer level: the implementation's ``ppo_update`` on small hypothesis-drawn
+rollouts, with table actors (one row of logits per state) whose every forward is recorded, so each
+minibatch's metrics and the first parameter step can be recomputed independently in numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.special import logsumexp
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, tolerance
+
+HP = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
+
+
+class TableActor(torch.nn.Module):
+    """logits = table[state]; records (states, table) at every forward."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.table = torch.nn.Parameter(logits.clone())
+        self.forwards: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def forward(self, obs):
+        self.forwards.append((obs.detach().numpy().copy(), self.table.detach().numpy().copy()))
+        return self.table[obs]
+
+
+class TableCritic(torch.nn.Module):
+    def __init__(self, values: torch.Tensor):
+        super().__init__()
+        self.v = torch.nn.Parameter(values.clone())
+
+    def forward(self, obs):
+        return self.v[obs]
+
+
+def np_log_softmax(z, mask):
+    zz = np.where(mask, z, -np.inf)
+    return zz - logsumexp(zz, axis=-1, keepdims=True)
+
+
+def setup(ppo, r, *, lr=0.5, attached_old=False):
+    """Actor, critic, SGD optimiser and the stored batch; actions and old log-probs from the sampler."""
+    actor, critic = TableActor(r["logits"]), TableCritic(r["values"])
+    n = r["logits"].shape[0]
+    obs = torch.arange(n)
+    with torch.no_grad():
+        action, old = ppo.sample_actions(actor(obs), r["mask"], generator=torch.Generator().manual_seed(r["seed"]))
+    if attached_old:  # the same values, still attached to the actor's graph: the update must detach them
+        lp = torch.log_softmax(actor.table.masked_fill(~r["mask"], -1e9), -1)
+        old = lp.gather(1, action.view(-1, 1)).squeeze(1)
+    actor.forwards.clear()
+    batch = {"obs": obs, "action": action, "old_log_prob": old, "mask": r["mask"],
+             "advantage": r["advantage"], "return": r["return"]}
+    opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=lr)
+    return actor, critic, opt, batch
+
+
+def oracle_metrics(forward, batch, clip_eps=HP["clip_eps"]):
+    """Metrics of one minibatch from the recorded forward (states, table) alone."""
+    states, table = forward
+    mask = batch["mask"].numpy()[states]
+    lp = np_log_softmax(table[states], mask)
+    new = lp[np.arange(len(states)), batch["action"].numpy()[states]]
+    old = batch["old_log_prob"].detach().numpy()[states]
+    r = np.exp(new - old)
+    ent = -np.where(mask, np.exp(lp) * np.where(mask, lp, 0.0), 0.0).sum(-1)
+    return {"approx_kl": np.mean(old - new), "k3_kl": np.mean(np.expm1(new - old) - (new - old)),
+            "ratio_mean": r.mean(), "clip_fraction": np.mean(np.abs(r - 1) > clip_eps), "entropy": ent.mean()}
+
+
+def oracle_first_gradient(r, batch, vf_coef=HP["vf_coef"], ent_coef=HP["ent_coef"]):
+    """Closed-form gradient of the total loss at θ = θ_old (ratio 1): per-state table and value rows."""
+    z, mask = r["logits"].numpy(), r["mask"].numpy()
+    n = len(z)
+    lp = np_log_softmax(z, mask)
+    p = np.where(mask, np.exp(lp), 0.0)
+    logp = np.where(mask, lp, 0.0)
+    H = -(p * logp).sum(-1, keepdims=True)
+    onehot = np.eye(z.shape[1])[batch["action"].numpy()]
+    adv = r["advantage"].numpy()[:, None]
+    g_z = -adv * (onehot - p) / n + ent_coef * p * (logp + H) / n
+    g_v = vf_coef * (r["values"].numpy() - r["return"].numpy()) / n
+    return g_z, g_v
+
+
+# ----------------------------------------------------------------------------- PPO-UPDATE-1
+@pytest.mark.clause("PPO-UPDATE-1")
+@given(st_.rollouts(), st.integers(1, 12), st.integers(1, 3))
+def test_first_minibatch_has_ratio_exactly_one(ppo, r, mb, epochs):
+    actor, critic, opt, batch = setup(ppo, r)
+    recs = ppo.ppo_update(actor, critic, opt, batch, epochs=epochs, minibatch_size=mb, max_grad_norm=1.0,
+                          target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+    first = recs[0]
+    assert_that(first["ratio_mean"] == 1.0, "PPO-UPDATE-1", first["ratio_mean"], "ratio_mean exactly 1")
+    assert_that(first["approx_kl"] == 0.0, "PPO-UPDATE-1", first["approx_kl"], "approx_kl exactly 0")
+    assert_that(first["k3_kl"] == 0.0, "PPO-UPDATE-1", first["k3_kl"], "k3_kl exactly 0")
+    assert_that(first["clip_fraction"] == 0.0, "PPO-UPDATE-1", first["clip_fraction"], "clip_fraction 0")
+    assert_that((first["epoch"], first["minibatch"]) == (0, 0), "PPO-UPDATE-1", first, "epoch 0, minibatch 0 first")
+
+
+# ----------------------------------------------------------------------------- PPO-UPDATE-2
+@pytest.mark.clause("PPO-UPDATE-2", "PPO-OLD-1")
+@given(st_.rollouts(), st.integers(2, 6))
+def test_each_minibatch_reports_the_metrics_of_the_replayed_batch(ppo, r, mb):
+    actor, critic, opt, batch = setup(ppo, r, lr=1.0)
+    recs = ppo.ppo_update(actor, critic, opt, batch, epochs=3, minibatch_size=mb, max_grad_norm=10.0,
+                          target_kl=None, generator=torch.Generator().manual_seed(1), **HP)
+    assert_that(len(recs) == len(actor.forwards), "PPO-UPDATE-2", len(recs), f"{len(actor.forwards)} records, one per actor forward")
+    for k, (rec, fwd) in enumerate(zip(recs, actor.forwards)):
+        want = oracle_metrics(fwd, batch)
+        for key, value in want.items():
+            assert_close(torch.tensor(rec[key], dtype=torch.float64), value, "PPO-UPDATE-2", what=f"minibatch {k}: {key}")
+
+
+@pytest.mark.clause("PPO-UPDATE-2", "PPO-OLD-1")
+def test_later_minibatches_compare_against_the_cached_old_log_prob(ppo):
+    # after one step the policy has moved: a ratio recomputed from the current policy would read 1
+    r = {"logits": torch.zeros(4, 3, dtype=torch.float64), "values": torch.zeros(4, dtype=torch.float64),
+         "mask": torch.tensor([[True, True, True], [True, True, False], [True, False, True], [True, True, True]]),
+         "advantage": torch.tensor([1.0, -1.0, 2.0, 0.5], dtype=torch.float64),
+         "return": torch.zeros(4, dtype=torch.float64), "seed": 3}
+    actor, critic, opt, batch = setup(ppo, r, lr=2.0)
+    recs = ppo.ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=4, max_grad_norm=100.0,
+                          target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+    want = oracle_metrics(actor.forwards[1], batch)
+    assert_that(abs(want["approx_kl"]) > 1e-3, "PPO-UPDATE-2", want["approx_kl"], "a policy that moved (test premise)")
+    assert_close(torch.tensor(recs[1]["approx_kl"], dtype=torch.float64), want["approx_kl"], "PPO-UPDATE-2")
+    assert_close(torch.tensor(recs[1]["ratio_mean"], dtype=torch.float64), want["ratio_mean"], "PPO-UPDATE-2")
+
+
+# ----------------------------------------------------------------------------- PPO-UPDATE-3
+@pytest.mark.clause("PPO-UPDATE-3", "PPO-OLD-1")
+@given(st_.rollouts(), st.booleans())
+def test_first_step_follows_the_gradient_of_the_documented_loss(ppo, r, attached):
+    actor, critic, opt, batch = setup(ppo, r, lr=1.0, attached_old=attached)
+    ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=1e9,
+                   target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+    g_z, g_v = oracle_first_gradient(r, batch)
+    step_z = r["logits"].numpy() - actor.table.detach().numpy()
+    step_v = r["values"].numpy() - critic.v.detach().numpy()
+    rtol, atol = tolerance("PPO-UPDATE-3")
+    ok = np.allclose(step_z, g_z, rtol=rtol, atol=atol) and np.allclose(step_v, g_v, rtol=rtol, atol=atol)
+    note = "old_log_prob given attached to the actor's graph" if attached else "old_log_prob given detached"
+    assert_that(ok, "PPO-UPDATE-3", {"actor step": step_z.round(6).tolist(), "critic step": step_v.round(6).tolist()},
+                f"lr x closed-form gradient {g_z.round(6).tolist()}, {g_v.round(6).tolist()} ({note})")
+
+
+# ----------------------------------------------------------------------------- PPO-GRAD-1 (in the loop)
+@pytest.mark.clause("PPO-GRAD-1")
+@given(st_.rollouts(), st.floats(1e-3, 0.05))
+def test_update_clips_the_actor_gradient_norm(ppo, r, max_norm):
+    actor, critic, opt, batch = setup(ppo, r, lr=1.0)
+    ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=max_norm,
+                   target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+    g_z, _ = oracle_first_gradient(r, batch)
+    expected = g_z * min(1.0, max_norm / (np.linalg.norm(g_z) + 1e-6))
+    step = r["logits"].numpy() - actor.table.detach().numpy()
+    assert_close(torch.from_numpy(step), expected, "PPO-GRAD-1", what="actor step = lr x clipped gradient")
+
+
+# ----------------------------------------------------------------------------- PPO-LOSS-4 (in the loop)
+@pytest.mark.clause("PPO-LOSS-4")
+@given(st_.rollouts())
+def test_duplicating_the_batch_changes_nothing(ppo, r):
+    results = []
+    for copies in (1, 2):
+        actor, critic, opt, batch = setup(ppo, r)
+        big = {k: v.repeat(copies, *([1] * (v.dim() - 1))) for k, v in batch.items()}
+        recs = ppo.ppo_update(actor, critic, opt, big, epochs=1, minibatch_size=len(big["action"]), max_grad_norm=1e9,
+                              target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+        results.append((recs[0], actor.table.detach().clone(), critic.v.detach().clone()))
+    (r1, a1, v1), (r2, a2, v2) = results
+    for key in ("loss", "policy_loss", "value_loss", "entropy"):
+        assert_close(torch.tensor(r2[key], dtype=torch.float64), r1[key], "PPO-LOSS-4", what=key)
+    assert_close(a2, a1.numpy(), "PPO-LOSS-4", what="actor after the step")
+    assert_close(v2, v1.numpy(), "PPO-LOSS-4", what="critic after the step")
+
+
+# ----------------------------------------------------------------------------- PPO-MASK-3 (in the loop)
+@pytest.mark.clause("PPO-MASK-3")
+@given(st_.rollouts(), st.integers(1, 12))
+def test_every_replayed_action_is_legal_and_scored_under_its_stored_mask(ppo, r, mb):
+    actor, critic, opt, batch = setup(ppo, r)
+    recs = ppo.ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=mb, max_grad_norm=1.0,
+                          target_kl=None, generator=torch.Generator().manual_seed(2), **HP)
+    for rec, (states, table) in zip(recs, actor.forwards):
+        mask = batch["mask"].numpy()[states]
+        a = batch["action"].numpy()[states]
+        assert_that(bool(mask[np.arange(len(a)), a].all()), "PPO-MASK-3", a, "replayed actions legal under the stored mask")
+        lp = np_log_softmax(table[states], mask)[np.arange(len(a)), a]
+        assert_close(torch.tensor(rec["log_prob_min"], dtype=torch.float64), lp.min(), "PPO-MASK-3",
+                     what="smallest replayed log-prob (under the stored mask)")
+
+
+@pytest.mark.clause("PPO-MASK-3")
+def test_update_rejects_a_stored_action_illegal_under_its_mask(ppo):
+    r = {"logits": torch.zeros(3, 4, dtype=torch.float64), "values": torch.zeros(3, dtype=torch.float64),
+         "mask": torch.tensor([[True, False, True, True]] * 3), "advantage": torch.ones(3, dtype=torch.float64),
+         "return": torch.ones(3, dtype=torch.float64), "seed": 0}
+    actor, critic, opt, batch = setup(ppo, r)
+    batch["action"] = torch.tensor([0, 1, 2])  # the §0 symptom: a replayed action illegal under its mask
+    assert_rejects("PPO-MASK-3", ppo.raw("ppo_update"), actor, critic, opt, batch, epochs=1, minibatch_size=3,
+                   max_grad_norm=1.0, target_kl=None, **HP)
+
+
+# ----------------------------------------------------------------------------- PPO-KLSTOP-2
+@pytest.mark.clause("PPO-KLSTOP-2")
+@given(st_.rollouts(), st.integers(1, 6), st.sampled_from([1e-4, 1e-3, 0.015]))
+def test_kl_guard_ends_the_update_before_the_offending_step(ppo, r, mb, target):
+    actor, critic, opt, batch = setup(ppo, r, lr=3.0)
+    recs = ppo.ppo_update(actor, critic, opt, batch, epochs=4, minibatch_size=mb, max_grad_norm=10.0,
+                          target_kl=target, generator=torch.Generator().manual_seed(4), **HP)
+    for k, (rec, fwd) in enumerate(zip(recs, actor.forwards)):
+        kl = oracle_metrics(fwd, batch)["approx_kl"]
+        if abs(kl - 2 * target) < 1e-9:
+            return  # on the threshold itself rounding decides; nothing to check
+        assert_equal(bool(rec["early_stop"]), bool(kl > 2 * target), "PPO-KLSTOP-2", f"minibatch {k}: approx_kl={kl:.4g}")
+        if rec["early_stop"]:
+            assert_that(k == len(recs) - 1, "PPO-KLSTOP-2", f"{len(recs) - 1 - k} more minibatch(es)", "none after the stop")
+            assert_equal(actor.table.detach(), torch.from_numpy(fwd[1]), "PPO-KLSTOP-2",
+                         "no step on the minibatch that tripped the guard")
+    n_mb = -(-len(r["values"]) // mb)
+    if not any(rec["early_stop"] for rec in recs):
+        assert_that(len(recs) == 4 * n_mb, "PPO-KLSTOP-2", len(recs), f"all {4 * n_mb} minibatches without a stop")
+
+
+# ----------------------------------------------------------------------------- PPO-MAPPO-3
+class LinearActor(torch.nn.Module):
+    def __init__(self, d_in, n_actions):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(d_in, n_actions, generator=g, dtype=torch.float64) * 0.3)
+
+    def forward(self, obs):
+        return obs @ self.w
+
+
+class LinearCritic(torch.nn.Module):
+    def __init__(self, d_in):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(-0.2, 0.3, d_in, dtype=torch.float64))
+
+    def forward(self, obs):
+        return obs @ self.w
+
+
+@pytest.mark.clause("PPO-MAPPO-3")
+@given(st_.mappo_batches(), st.data())
+def test_storage_order_does_not_change_the_update(ppo, case, data):
+    batch, _ = case
+    n = len(batch["action"])
+    perm = torch.tensor(data.draw(st.permutations(range(n))))
+    losses = []
+    for b in (batch, {k: v[perm] for k, v in batch.items()}):
+        aligned = ppo.align_batch(b)
+        fields = {k: aligned[k] for k in ("obs", "critic_obs", "action", "old_log_prob", "mask", "advantage", "return")}
+        actor, critic = LinearActor(3, 5), LinearCritic(2)
+        opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=0.1)
+        recs = ppo.ppo_update(actor, critic, opt, fields, epochs=2, minibatch_size=max(1, n // 2), max_grad_norm=1.0,
+                              target_kl=None, generator=torch.Generator().manual_seed(5), **HP)
+        losses.append(([rec["loss"] for rec in recs], actor.w.detach().clone()))
+    (l1, w1), (l2, w2) = losses
+    assert_close(torch.tensor(l2, dtype=torch.float64), np.array(l1), "PPO-MAPPO-3", what="per-minibatch losses")
+    assert_close(w2, w1.numpy(), "PPO-MAPPO-3", what="actor after the update")
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.clause("PPO-INPUT-5")
+@pytest.mark.parametrize("case", ["missing", "ragged"])
+def test_incomplete_or_ragged_batches_are_rejected(ppo, case):
+    r = {"logits": torch.zeros(3, 2, dtype=torch.float64), "values": torch.zeros(3, dtype=torch.float64),
+         "mask": torch.ones(3, 2, dtype=torch.bool), "advantage": torch.ones(3, dtype=torch.float64),
+         "return": torch.ones(3, dtype=torch.float64), "seed": 0}
+    actor, critic, opt, batch = setup(ppo, r)
+    if case == "missing":
+        del batch["old_log_prob"]
+    else:
+        batch["advantage"] = torch.ones(4, dtype=torch.float64)
+    assert_rejects("PPO-INPUT-5", ppo.raw("ppo_update"), actor, critic, opt, batch, epochs=1, minibatch_size=3,
+                   max_grad_norm=1.0, target_kl=None, **HP)

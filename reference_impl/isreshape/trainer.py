@@ -1,0 +1,203 @@
+"""IS Reshape v4 on an off-policy token bandit: a tabular softmax policy over K tokens per context.
+
+Rollouts come from a stale, epsilon-mixed behaviour policy mu (refreshed every ``behaviour_lag``
+updates, as in asynchronous RL), rewards are Bernoulli with a per-(context, token) success
+probability, advantages use the group mean as baseline, and each update takes ``epochs`` Adam steps
+on the batch. ``--loss`` picks the objective: ``v4`` (ISR-LOSS-1, the corrected loss), ``doc`` (the
+document's §9 code, zero gradient: it must not learn) or ``ppo`` (PPO-clip against mu, a baseline).
+Several comma-separated losses run one after the other into ``OUT/<loss>``; ``--plot`` then draws
+reward against update for all of them. ``rlconform train isreshape --updates N --out DIR``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.isreshape.defaults import defaults
+from reference_impl.isreshape.losses import document_policy_loss, loss_metrics, policy_loss
+from reference_impl.isreshape.weights import importance_ratio
+
+DEFAULTS = defaults()  # ISR-DEFAULT-*
+LOSSES = ("v4", "doc", "ppo")
+
+
+def arg(default, help: str):
+    """A config field with its one-line description (also the ``--help`` text of its flag)."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class IsReshapeConfig:
+    loss: str = arg("v4", "objective: v4 (corrected IS Reshape loss), doc (the document's zero-gradient code), ppo")
+    seed: int = arg(0, "seed of the policy init, the sampling and the rewards")
+    env_seed: int = arg(1234, "seed of the bandit's success probabilities (fixed across losses)")
+    device: str = arg("cpu", "torch device")
+    contexts: int = arg(16, "number of contexts x (prompts)")
+    tokens: int = arg(32, "number of tokens y per context")
+    reward_sharpness: float = arg(3.0, "success probability p(x, y) = sigmoid(sharpness * z), z ~ N(0, 1)")
+    batch_contexts: int = arg(64, "contexts drawn per update")
+    group_size: int = arg(8, "samples per context; their mean reward is the baseline")
+    epochs: int = arg(4, "Adam steps on each batch (the later ones are off-policy)")
+    lr: float = arg(0.05, "Adam learning rate of the tabular logits")
+    behaviour_lag: int = arg(4, "updates between refreshes of the behaviour policy mu")
+    behaviour_eps: float = arg(0.2, "mu = (1 - eps) * pi_stale + eps * uniform")
+    tau: float = arg(DEFAULTS["tau"], "trust-region temperature tau")
+    beta: float = arg(DEFAULTS["beta"], "reward sensitivity beta of gamma(|A|)")
+    gamma_min: float = arg(DEFAULTS["gamma_min"], "lower gamma bound")
+    gamma_max: float = arg(DEFAULTS["gamma_max"], "upper gamma bound")
+    clip_eps: float = arg(0.2, "clip range of the ppo baseline")
+    checkpoint_every: int = arg(10, "updates between checkpoints (the last update always checkpoints)")
+
+
+class TokenBandit:
+    """Contexts x tokens with Bernoulli rewards; the success table is fixed by ``env_seed``."""
+
+    def __init__(self, cfg: IsReshapeConfig, device: torch.device):
+        g = torch.Generator().manual_seed(cfg.env_seed)
+        z = torch.randn(cfg.contexts, cfg.tokens, generator=g, dtype=torch.float64)
+        self.p = torch.sigmoid(cfg.reward_sharpness * z).to(device)
+
+    def rewards(self, ctx: torch.Tensor, tok: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        u = torch.rand(tok.shape, generator=gen, dtype=torch.float64).to(tok.device)
+        return (u < self.p[ctx, tok]).to(torch.float64)
+
+    def expected_reward(self, probs: torch.Tensor) -> float:
+        """E_{x uniform, y ~ pi}[p(x, y)]: the exact reward of the policy, no sampling noise."""
+        return float((probs * self.p).sum(-1).mean())
+
+    def best_reward(self) -> float:
+        return float(self.p.max(-1).values.mean())
+
+
+def behaviour_probs(logits: torch.Tensor, eps: float) -> torch.Tensor:
+    """A stale, explorative copy of the policy: (1 - eps) softmax + eps uniform, detached."""
+    probs = torch.softmax(logits.detach(), -1)
+    return (1.0 - eps) * probs + eps / probs.shape[-1]
+
+
+def objective(cfg: IsReshapeConfig, log_prob, ref_log_prob, adv, mask) -> torch.Tensor:
+    """The scalar loss of the chosen ``cfg.loss`` on one batch (all three see the same mu and A)."""
+    hp = dict(tau=cfg.tau, beta=cfg.beta, gamma_min=cfg.gamma_min, gamma_max=cfg.gamma_max)
+    if cfg.loss == "v4":
+        return policy_loss(log_prob, ref_log_prob, adv, mask, **hp)  # ISR-LOSS-1, ISR-LOSS-2
+    if cfg.loss == "doc":
+        return document_policy_loss(log_prob, ref_log_prob, adv, mask, **hp)  # ISR-LOSS-1 errata: zero gradient
+    from reference_impl.ppo.losses import clipped_policy_loss  # PPO-LOSS-1, a baseline from the ppo family
+
+    r = importance_ratio(log_prob, ref_log_prob)  # ISR-RATIO-1 (differentiable here)
+    return clipped_policy_loss(r, adv, clip_eps=cfg.clip_eps)
+
+
+def train(cfg: IsReshapeConfig, *, out: str | Path, updates: int, resume: bool = False) -> RunDir:
+    """Train until ``updates`` updates are done in total (a resumed run continues its count)."""
+    if cfg.loss not in LOSSES:
+        raise ValueError(f"--loss must be one of {LOSSES}, got {cfg.loss!r}")
+    device = torch.device(cfg.device)
+    gen = seed_everything(cfg.seed)
+    env = TokenBandit(cfg, device)
+    logits = torch.zeros(cfg.contexts, cfg.tokens, dtype=torch.float64, device=device, requires_grad=True)
+    opt = torch.optim.Adam([logits], lr=cfg.lr)
+    mu = behaviour_probs(logits, cfg.behaviour_eps)
+    run = RunDir(out, family="isreshape", config=cfg, resume=resume)
+    start = 0
+    ckpt = run.load() if resume else None
+    if ckpt is not None:
+        with torch.no_grad():
+            logits.copy_(ckpt["logits"])
+        opt.load_state_dict(ckpt["optimizer"])
+        mu = ckpt["behaviour"].to(device)
+        gen.set_state(ckpt["generator"])
+        random.setstate(ckpt["python_rng"])
+        np.random.set_state(ckpt["numpy_rng"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        start = int(ckpt["update"]) + 1
+    best = env.best_reward()
+    for update in progress(range(start, updates), total=updates, initial=start, desc=f"isreshape/{cfg.loss}"):
+        if update % cfg.behaviour_lag == 0:
+            mu = behaviour_probs(logits, cfg.behaviour_eps)  # rollouts come from a stale mu
+        ctx = torch.randint(cfg.contexts, (cfg.batch_contexts,), generator=gen).to(device)
+        ctx = ctx.repeat_interleave(cfg.group_size)
+        tok = torch.multinomial(mu[ctx].cpu(), 1, generator=gen).squeeze(-1).to(device)
+        reward = env.rewards(ctx, tok, gen)
+        group = reward.view(cfg.batch_contexts, cfg.group_size)
+        adv = (group - group.mean(-1, keepdim=True)).reshape(-1)  # group-mean baseline
+        ref_lp = torch.log(mu[ctx, tok])  # log mu of the behaviour policy
+        mask = torch.ones_like(reward)
+        for _ in range(cfg.epochs):
+            lp = torch.log_softmax(logits[ctx], -1).gather(-1, tok[:, None]).squeeze(-1)
+            loss = objective(cfg, lp, ref_lp, adv, mask)
+            opt.zero_grad(set_to_none=True)
+            if loss.requires_grad:  # the document's loss has no graph at all
+                loss.backward()
+            opt.step()
+        stats = loss_metrics(lp.detach(), ref_lp, adv, mask, tau=cfg.tau, beta=cfg.beta,  # ISR-METRIC-1..3
+                             gamma_min=cfg.gamma_min, gamma_max=cfg.gamma_max)
+        with torch.no_grad():
+            pi = torch.softmax(logits, -1)
+        run.log(update=update, loss_name=cfg.loss, loss=float(loss.detach()), mean_reward=env.expected_reward(pi),
+                best_reward=best, sample_reward=float(reward.mean()),
+                grad_norm=float(logits.grad.norm()) if logits.grad is not None else 0.0, **stats)
+        if (update + 1) % cfg.checkpoint_every == 0 or update == updates - 1:
+            run.save({"update": update, "logits": logits.detach().clone(), "optimizer": opt.state_dict(),
+                      "behaviour": mu, "generator": gen.get_state(), "python_rng": random.getstate(),
+                      "numpy_rng": np.random.get_state(), "torch_rng": torch.get_rng_state()})
+    return run
+
+
+def plot(run_dirs: dict[str, Path], png: Path) -> None:
+    """Reward of the policy against update, one line per loss (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    best = None
+    for name, d in run_dirs.items():
+        recs = [json.loads(ln) for ln in (Path(d) / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        ax.plot([r["update"] for r in recs], [r["mean_reward"] for r in recs], label=name)
+        best = recs[-1]["best_reward"] if recs else best
+    if best is not None:
+        ax.axhline(best, color="grey", ls=":", label="optimal policy")
+    ax.set_xlabel("update")
+    ax.set_ylabel("expected reward of pi")
+    ax.set_title("IS Reshape v4 on an off-policy token bandit")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+
+
+def cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="rlconform train isreshape", description=__doc__.strip().splitlines()[0])
+    p.add_argument("--updates", "--steps", type=int, default=150, help="total updates (a resumed run counts on)")
+    p.add_argument("--out", required=True, help="run directory (OUT/<loss> when several losses are given)")
+    p.add_argument("--resume", action="store_true", help="continue the run(s) in --out from the checkpoint")
+    p.add_argument("--plot", action="store_true", help="write OUT/reward_vs_update.png")
+    for f in dataclasses.fields(IsReshapeConfig):
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None, help=f.metadata["help"])
+    args = p.parse_args(argv)
+    base = {f.name: getattr(args, f.name) for f in dataclasses.fields(IsReshapeConfig) if getattr(args, f.name) is not None}
+    names = [s.strip() for s in base.pop("loss", "v4").split(",") if s.strip()]
+    out = Path(args.out)
+    dirs = {}
+    for name in names:
+        d = out / name if len(names) > 1 else out
+        run = train(IsReshapeConfig(**base, loss=name), out=d, updates=args.updates, resume=args.resume)
+        last = run.metrics()[-1] if run.metrics() else {}
+        print(f"isreshape/{name}: {last.get('update', -1) + 1} updates, mean_reward {last.get('mean_reward', float('nan')):.3f} "
+              f"(optimal {last.get('best_reward', float('nan')):.3f}), kl {last.get('kl', float('nan')):.4f}; "
+              f"metrics in {run.metrics_path}")
+        dirs[name] = d
+    if args.plot:
+        plot(dirs, out / "reward_vs_update.png")
+        print(f"plot: {out / 'reward_vs_update.png'}")
+    return 0
