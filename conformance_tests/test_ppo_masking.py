@@ -25,7 +25,8 @@ def np_masked_log_softmax(z, mask) -> np.ndarray:
 
 def np_masked_entropy(z, mask) -> np.ndarray:
     lp = np_masked_log_softmax(z, mask)
-    return -np.where(np.isfinite(lp), np.exp(lp) * lp, 0.0).sum(-1)
+    safe = np.where(np.isfinite(lp), lp, 0.0)  # illegal entries contribute exactly 0
+    return -(np.exp(safe) * safe * np.isfinite(lp)).sum(-1)
 
 
 def legal_actions(mask: torch.Tensor, data) -> torch.Tensor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import io
 import json
 import platform
@@ -19,6 +20,25 @@ from rlconform.spec import Spec, default_spec
 
 STATUSES = ("fail", "error", "expected_fail", "pass", "not_applicable")
 _ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "expected_fail": "XFAIL", "not_applicable": "N/A", "untested": "UNTESTED"}
+
+
+@functools.lru_cache(maxsize=1)
+def _clause_files() -> dict[str, frozenset[str]]:
+    """clause id -> the test files that check it (one collection per process)."""
+    from rlconform.coverage import collect_tests
+
+    import conformance_tests
+
+    root = Path(conformance_tests.__file__).resolve().parent
+    marks, _, _, meta = collect_tests()
+    out: dict[str, set[str]] = {}
+    for nodeid, clauses in marks.items():
+        if nodeid in meta:
+            continue
+        path = str(root / Path(nodeid.split("::")[0]).name)
+        for c in clauses:
+            out.setdefault(c, set()).add(path)
+    return {c: frozenset(v) for c, v in out.items()}
 
 
 def run_suite(
@@ -37,7 +57,10 @@ def run_suite(
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "tests.json"
-        args = ["--pyargs", "conformance_tests", "-m", "not meta", "-p", "no:cacheprovider",
+        # With a clause filter, collect only the files that hold those clauses' tests (mutant runs).
+        files = sorted(set().union(*(_clause_files().get(c, frozenset()) for c in clauses))) if clauses else []
+        target = files if files else ["--pyargs", "conformance_tests"]
+        args = [*target, "-m", "not meta", "-p", "no:cacheprovider",
                 "--profile", profile, "--device", device, "--rlconform-report", str(out),
                 "-W", "ignore::pytest.PytestAssertRewriteWarning"]
         if impl:

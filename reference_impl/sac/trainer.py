@@ -1,0 +1,423 @@
+"""Discrete max-entropy SAC on the char-level POMDP (seed 000 V2, the loop of §8), sized for a CPU.
+
+``rlconform train sac --out RUN [--updates N] [--resume] [--seed S] [--device cpu]``
+
+Per update: the B environments write one character each (the policy samples from the masked
+softmax; with probability ``teacher_ratio`` the teacher overrides and the step goes to the demo
+buffer), then one gradient step on a ρ : (1-ρ) agent/demo batch: Top-p soft backup and TD target
+under no_grad, twin-Q Huber loss (+ CQL), expected policy loss (full legal set or Top-p) + BC on demo
+rows, temperature step on log α, soft target update. Every math line calls a pure function of
+``reference_impl.sac`` and cites its clause. Held-out (later-January) text is evaluated every
+``eval_every`` updates: next-character top-1/top-3 hits and 4-gram coverage of free generation,
+against a unigram-frequency baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import time
+
+import torch
+
+from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
+from reference_impl.sac.corpus import UNK, Corpus, load_corpus
+from reference_impl.sac.data import dagger_teacher_ratio, mix_counts
+from reference_impl.sac.defaults import defaults
+from reference_impl.sac.env import CharEnv, EnvConfig
+from reference_impl.sac.losses import (bc_loss, cql_penalty, critic_loss, policy_loss, policy_loss_top_p,
+                                       temperature_loss, temperature_update)
+from reference_impl.sac.masking import entropy, masked_softmax, target_entropy
+from reference_impl.sac.nets import PolicyNet, TwinQ
+from reference_impl.sac.reward import ngram_coverage
+from reference_impl.sac.replay import Replay, merge
+from reference_impl.sac.updates import soft_update
+
+D = defaults()
+
+
+@dataclasses.dataclass
+class Config:
+    seed: int = 0  # seeds torch, numpy, random and the env/replay generator
+    threads: int = 1  # torch CPU threads (multi-threaded small reductions are slower on a shared 2-core box)
+    vocab_size: int = 2000  # |Σ| cap: the most frequent training characters (+ <pad>, <unk>, <eos>; 98.7% of the text)
+    max_lines: int = 8000  # paragraphs read from the People's Daily corpus (train + held-out)
+    heldout_frac: float = 0.1  # the last share of those paragraphs is the out-of-domain set
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # POMDP and reward settings
+    d_model: int = 64  # embedding width d (spec default 128, scaled down for CPU)
+    gru_hidden: int = 128  # width of c_t (spec's GRU hidden 256, scaled down for CPU)
+    encoder: str = "conv"  # window encoder of §4: "conv" (whole-window kernel, CPU default) or "gru"
+    batch_size: int = 256  # training batch B (spec default 2048, scaled down for CPU)
+    buffer_capacity: int = 100_000  # capacity of each of the agent and demo buffers
+    learning_starts: int = 1024  # transitions stored before the first gradient step
+    lr_pi: float = 3e-3  # policy Adam step (spec 3e-4; raised for runs of about a thousand updates)
+    lr_q: float = 3e-3  # critic Adam step (spec 3e-4; raised for runs of about a thousand updates)
+    lr_alpha: float = D["lr_alpha"]  # temperature step η_α
+    alpha_optimizer: str = "adam"  # "adam": temperature_loss on an Adam log α; "sgd": temperature_update
+    init_alpha: float = 0.2  # α at the start
+    alpha_min: float = D["alpha_min"]  # α clamp, low end
+    alpha_max: float = D["alpha_max"]  # α clamp, high end
+    tau: float = D["tau"]  # target-network soft-update rate
+    gamma: float = D["gamma"]  # discount
+    top_p: float = D["top_p"]  # Top-p mass of the backup (and of option B)
+    kappa: float = D["kappa"]  # entropy target factor: H_tgt = κ log|A(s)|
+    rho: float = 0.5  # agent share of a batch (spec 0.75; 0.5 doubles the demo rows of a short run)
+    lambda_bc: float = 1.0  # BC weight on demo rows (spec 0.1; 1.0 so a few CPU minutes suffice, see docs/results/sac)
+    use_cql: bool = True  # add the CQL regulariser to the critic loss
+    lambda_cql: float = D["lambda_cql"]  # CQL weight
+    policy_use_topp: bool = False  # policy loss over the Top-p set (option B) instead of the full legal set (A)
+    huber_delta: float = 1.0  # Huber threshold of the critic loss
+    grad_clip: float = D["grad_clip"]  # max gradient norm of each optimiser step
+    dagger_start: float = D["dagger_start"]  # teacher ratio at step 0
+    dagger_end: float = D["dagger_end"]  # teacher ratio after the horizon
+    dagger_horizon: int = 400_000  # env steps of the linear anneal (spec 200k; 1200 updates x 256 envs end at ratio 0.31)
+    eval_every: int = 100  # updates between held-out evaluations (and one at the end)
+    eval_positions: int = 2048  # held-out positions for the top-1/top-3 next-character hit rates
+    eval_passages: int = 32  # held-out passages written freely for the coverage metric
+    eval_len: int = 64  # characters written per evaluation passage
+    eval_ngram: int = 4  # n of the evaluation coverage (the §10 gate uses 4-grams)
+    top_p_candidates: int = 256  # actions per row handed to the exact Top-p backup (0: all |Σ|)
+    kpi_rows: int = 32  # batch rows whose Top-p coverage is logged
+    ckpt_every: int = 250  # updates between checkpoints (and one at the end)
+
+
+# ---------------------------------------------------------------------------------------------- setup
+def build(cfg: Config, device: str):
+    corpus = load_corpus(vocab_size=cfg.vocab_size, max_lines=cfg.max_lines, heldout_frac=cfg.heldout_frac)
+    g = seed_everything(cfg.seed)
+    V, enc = corpus.vocab_size, {"kind": cfg.encoder, "window": cfg.env.history}
+    policy = PolicyNet(V, cfg.d_model, cfg.gru_hidden, **enc).to(device)
+    critic = TwinQ(V, cfg.d_model, cfg.gru_hidden, **enc).to(device)
+    target = TwinQ(V, cfg.d_model, cfg.gru_hidden, **enc).to(device).requires_grad_(False)
+    target.load_state_dict(critic.state_dict())  # \bar φ_i ← φ_i
+    log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
+    s = {
+        "corpus": corpus, "g": g, "policy": policy, "critic": critic, "target": target, "log_alpha": log_alpha,
+        "opt_pi": torch.optim.Adam(policy.parameters(), lr=cfg.lr_pi),
+        "opt_q": torch.optim.Adam(critic.parameters(), lr=cfg.lr_q),
+        "opt_alpha": torch.optim.Adam([log_alpha], lr=cfg.lr_alpha),
+        "env": CharEnv(corpus, corpus.train, cfg.env, generator=g),
+        "agent_buf": Replay(cfg.buffer_capacity, cfg.env.history),
+        "demo_buf": Replay(cfg.buffer_capacity, cfg.env.history),
+        "count": {"env_steps": 0, "illegal": 0, "episodes": 0, "early": 0, "teacher": 0, "relabeled": 0,
+                  "rejected": 0, "agent_steps": 0, "agent_bonus_hits": 0, "seconds": 0.0},
+    }
+    return s
+
+
+def _state(s: dict, update: int) -> dict:
+    return {"update": update, "policy": s["policy"].state_dict(), "critic": s["critic"].state_dict(),
+            "target": s["target"].state_dict(), "log_alpha": s["log_alpha"].detach().clone(),
+            "opt_pi": s["opt_pi"].state_dict(), "opt_q": s["opt_q"].state_dict(), "opt_alpha": s["opt_alpha"].state_dict(),
+            "env": s["env"].state_dict(), "agent_buf": s["agent_buf"].state_dict(),
+            "demo_buf": s["demo_buf"].state_dict(), "count": dict(s["count"]), "rng": s["g"].get_state(),
+            "torch_rng": torch.get_rng_state()}
+
+
+def _restore(s: dict, ck: dict) -> int:
+    for k in ("policy", "critic", "target", "opt_pi", "opt_q", "opt_alpha", "env", "agent_buf", "demo_buf"):
+        s[k].load_state_dict(ck[k])
+    with torch.no_grad():
+        s["log_alpha"].copy_(ck["log_alpha"])
+    s["count"].update(ck["count"])
+    s["g"].set_state(ck["rng"])
+    torch.set_rng_state(ck["torch_rng"])
+    s["env"].reset()  # episodes in flight at the checkpoint restart on fresh passages
+    return int(ck["update"])
+
+
+# ---------------------------------------------------------------------------------------------- one SAC update
+def _f(t: torch.Tensor) -> float:
+    return float(t.detach())
+
+
+def _top_p_soft_value_fast(pi, q1, q2, legal, *, alpha, p: float, k: int) -> torch.Tensor:
+    """``top_p_soft_value`` evaluated on each row's k most probable actions: the same selection and
+    value (up to float summation order) wherever those k hold the whole Top-p set (their k-1 best
+    already reach p); other rows
+    take the full |Σ| computation. Not a new formula: the stable sort of the reference over 3000
+    actions is the costliest op of an update, a top-k then a sort of k columns is not.
+
+    Columns are gathered in ascending action id, so the reference's tie-break (lower id first) holds.
+    """
+    if k <= 0 or k >= pi.shape[-1]:
+        return top_p_soft_value(pi, q1, q2, legal, alpha=alpha, p=p)  # SAC-TOPP-3
+    top = torch.where(legal, pi, torch.zeros_like(pi)).topk(k, dim=-1)
+    enough = top.values[:, :-1].sum(-1) >= p
+    idx = top.indices.sort(-1).values
+    g = lambda x: x.gather(-1, idx)  # noqa: E731
+    v = top_p_soft_value(g(pi), g(q1), g(q2), g(legal), alpha=alpha, p=p)  # SAC-TOPP-3
+    if not bool(enough.all()):
+        rest = ~enough
+        v[rest] = top_p_soft_value(pi[rest], q1[rest], q2[rest], legal[rest], alpha=alpha, p=p)  # SAC-TOPP-3
+    return v
+
+
+def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
+    """One gradient step of §8 on a merged agent/demo batch; returns the diagnostics."""
+    policy, critic, target, env = s["policy"], s["critic"], s["target"], s["env"]
+    dev = s["log_alpha"].device
+    b = {k: v.to(dev) for k, v in batch.items()}
+    obs, a, r, nxt, done, is_demo = b["obs"], b["action"], b["reward"], b["next_obs"], b["done"], b["is_demo"]
+    legal = env.legal_mask(b["obs"].cpu()).to(dev)
+    legal_next = env.legal_mask(b["next_obs"].cpu()).to(dev)
+    alpha = s["log_alpha"].detach().exp()  # α = exp(log α) (§1); a constant inside the losses
+
+    # --- critic target: Top-p soft value of s' under the target critics, (1 - done) truncation
+    with torch.no_grad():
+        pi_next = masked_softmax(policy(nxt), legal_next)  # SAC-MASK-1, SAC-MASK-2
+        q1_t, q2_t = target(nxt)
+        v_next = _top_p_soft_value_fast(pi_next, q1_t, q2_t, legal_next, alpha=alpha, p=cfg.top_p,
+                                        k=cfg.top_p_candidates)  # SAC-TOPP-3
+        y = td_target(r, done, v_next, gamma=cfg.gamma)  # SAC-TD-1
+        k = cfg.kpi_rows  # the KPI on a slice: the Top-p sort is the costliest op of the update
+        sel = top_p_select(pi_next[:k], legal_next[:k], p=cfg.top_p)  # SAC-TOPP-1
+        top_p_cov = (pi_next[:k] * sel).sum(-1).mean()  # SAC-TOPP-4 monitor
+
+    # --- critic: twin-Q Huber (+ CQL)
+    q1_all, q2_all = critic(obs)
+    q1, q2 = q1_all.gather(1, a[:, None]).squeeze(1), q2_all.gather(1, a[:, None]).squeeze(1)
+    loss_q = critic_loss(q1, q2, y, delta=cfg.huber_delta)  # SAC-CRITIC-1
+    loss_cql = torch.zeros((), device=dev)
+    if cfg.use_cql:
+        loss_cql = (cql_penalty(q1_all, a, lam=cfg.lambda_cql)
+                    + cql_penalty(q2_all, a, lam=cfg.lambda_cql))  # SAC-CQL-1, one term per critic
+    s["opt_q"].zero_grad(set_to_none=True)
+    (loss_q + loss_cql).backward()  # L_Q^tot = L_Q + L_CQL (SAC-CRITIC-1, SAC-CQL-1)
+    torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.grad_clip)
+    s["opt_q"].step()
+
+    # --- policy: expected loss (option A or B) + BC on demo rows, against the updated critics
+    pi = masked_softmax(policy(obs), legal)  # SAC-MASK-1, SAC-MASK-2
+    with torch.no_grad():
+        q1_c, q2_c = critic(obs)
+    if cfg.policy_use_topp:
+        loss_pi = policy_loss_top_p(pi, q1_c, q2_c, legal, alpha=alpha, p=cfg.top_p)  # SAC-POL-2
+    else:
+        loss_pi = policy_loss(pi, q1_c, q2_c, legal, alpha=alpha)  # SAC-POL-1
+    loss_bc = bc_loss(torch.log(pi), a, is_demo, lam=cfg.lambda_bc)  # SAC-BC-1
+    s["opt_pi"].zero_grad(set_to_none=True)
+    (loss_pi + loss_bc).backward()  # L_π^tot = L_π + L_BC (SAC-POL-1/2, SAC-BC-1)
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+    s["opt_pi"].step()
+
+    # --- temperature: an entropy deficit raises α; α stays in [alpha_min, alpha_max]
+    with torch.no_grad():
+        H = entropy(pi.detach(), legal)  # SAC-ENT-2
+        H_tgt = target_entropy(legal, kappa=cfg.kappa).to(H.dtype)  # SAC-ENT-1
+    if cfg.alpha_optimizer == "adam":
+        loss_alpha = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
+        s["opt_alpha"].zero_grad(set_to_none=True)
+        loss_alpha.backward()
+        s["opt_alpha"].step()
+        with torch.no_grad():
+            s["log_alpha"].clamp_(math.log(cfg.alpha_min), math.log(cfg.alpha_max))  # SAC-TEMP-3
+    else:
+        with torch.no_grad():
+            s["log_alpha"].copy_(temperature_update(s["log_alpha"], H, H_tgt, lr=cfg.lr_alpha,
+                                                    alpha_min=cfg.alpha_min, alpha_max=cfg.alpha_max))  # SAC-TEMP-1, SAC-TEMP-3
+
+    # --- target critics
+    with torch.no_grad():
+        for pt, p in zip(target.parameters(), critic.parameters()):
+            pt.copy_(soft_update(pt, p, tau=cfg.tau))  # SAC-TARGET-1
+
+    return {"critic_loss": _f(loss_q), "cql_loss": _f(loss_cql), "policy_loss": _f(loss_pi),
+            "bc_loss": _f(loss_bc), "alpha": _f(s["log_alpha"].detach().exp()), "entropy": _f(H.mean()),
+            "target_entropy": _f(H_tgt.mean()), "top_p_coverage": _f(top_p_cov),
+            "q_mean": _f(torch.minimum(q1, q2).mean()), "target_mean": _f(y.mean()),
+            "demo_share": _f(is_demo.float().mean())}
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def _scores_policy(policy, dev):
+    def score(obs: torch.Tensor) -> torch.Tensor:
+        return policy(obs.to(dev)).cpu()
+    return score
+
+
+def _scores_unigram(corpus: Corpus):
+    def score(obs: torch.Tensor) -> torch.Tensor:
+        return corpus.counts.float().log1p().expand(len(obs), -1)
+    return score
+
+
+@torch.no_grad()
+def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config) -> dict:
+    """Held-out next-character hits (teacher-forced windows) and free-generation 4-gram coverage.
+
+    ``score(obs) -> logits [N, V]``; the legal mask and the ε-clipped masked softmax of the
+    policy apply to both the policy and the unigram baseline.
+    """
+    held, m = corpus.heldout, env_cfg.history
+    g = torch.Generator().manual_seed(1234)  # the same positions and passages at every evaluation
+    pos = torch.randint(m, len(held), (cfg.eval_positions,), generator=g)
+    obs = held[pos[:, None] - m + torch.arange(m)]
+    ev_cfg = dataclasses.replace(env_cfg, n_envs=cfg.eval_passages, horizon=cfg.eval_len)
+    ev = CharEnv(corpus, held, ev_cfg, generator=g, reward=False)
+    pi = masked_softmax(score(obs), ev.legal_mask(obs))  # SAC-MASK-1, SAC-MASK-2
+    top = pi.topk(3, dim=-1).indices
+    tgt = held[pos]
+    hit1 = (top[:, 0] == tgt) & (tgt != UNK)
+    hit3 = (top == tgt[:, None]).any(-1) & (tgt != UNK)
+    starts = torch.randint(m, len(held) - cfg.eval_len, (cfg.eval_passages,), generator=g)
+    o = ev.reset(starts=starts)
+    tail_dirty = torch.zeros(cfg.eval_passages, dtype=torch.bool)
+    for _ in range(cfg.eval_len):
+        legal = ev.legal_mask()
+        a = masked_softmax(score(o), legal).argmax(-1)  # greedy writing
+        o, _, done, info = ev.step(a)
+        tail_dirty = info["garble"] | info["illegal"]
+        if bool(done.all()):
+            break
+    cov = [ngram_coverage(ev.agent_text[b], ev.ref_text[b], n=cfg.eval_ngram, window=cfg.eval_len)
+           for b in range(cfg.eval_passages)]  # SAC-COV-1 with n = 4 on held-out text
+    return {"top1_hit": float(hit1.float().mean()), "top3_hit": float(hit3.float().mean()),
+            "coverage": sum(cov) / len(cov), "dirty_tail": int(tail_dirty.sum()),
+            "sample": ev.agent_text[0][-cfg.eval_len:]}
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+def _lend_quota(n_agent: int, n_demo: int, have_agent: int, have_demo: int) -> tuple[int, int]:
+    """An empty buffer lends its quota to the other (warm-up, when the teacher writes nearly every
+    step, or a run without teacher); otherwise the ρ split stands (sampling is with replacement)."""
+    if have_agent == 0:
+        return 0, n_agent + n_demo
+    if have_demo == 0:
+        return n_agent + n_demo, 0
+    return n_agent, n_demo
+
+
+def _eval_record(s: dict, base: dict, baseline: dict, cfg: Config, device: str, t0: float) -> dict:
+    """Held-out figures of the current policy, the baseline's, and the smallest gain in points."""
+    ev = evaluate(_scores_policy(s["policy"], device), s["corpus"], cfg.env, cfg)
+    gains = [ev["top1_hit"] - base["top1_hit"], ev["top3_hit"] - base["top3_hit"], ev["coverage"] - base["coverage"]]
+    return {**ev, **baseline, "ood_gain_pp": 100 * min(gains), "minutes": (time.time() - t0) / 60}
+
+
+def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: str = "cpu") -> list[dict]:
+    torch.set_num_threads(cfg.threads)
+    rd = RunDir(out, family="sac", config=cfg, resume=resume)
+    s = build(cfg, device)
+    start = _restore(s, ck) if resume and (ck := rd.load()) is not None else 0
+    env, corpus, g, cnt = s["env"], s["corpus"], s["g"], s["count"]
+    base = evaluate(_scores_unigram(corpus), corpus, cfg.env, cfg)  # unigram-frequency baseline
+    baseline = {f"baseline_{k}": base[k] for k in ("top1_hit", "top3_hit", "coverage")}
+    obs, B, t0 = env.observe(), cfg.env.n_envs, time.time() - cnt["seconds"]  # minutes carry over a resume
+    last = {}
+    if start == 0:  # the untrained policy: the start of every learning curve
+        rec0 = _eval_record(s, base, baseline, cfg, device, t0)
+        rec0.pop("sample")
+        rd.log(update=0, **rec0)
+    for update in progress(range(start + 1, updates + 1), total=updates - start, desc="sac", initial=0):
+        # --- act: the masked, ε-clipped softmax of the policy; the teacher overrides a share of rows
+        ratio = dagger_teacher_ratio(cnt["env_steps"], start=cfg.dagger_start, end=cfg.dagger_end,
+                                     horizon=cfg.dagger_horizon)  # SAC-DAGGER-1
+        with torch.no_grad():
+            pi = masked_softmax(s["policy"](obs.to(device)).cpu(), env.legal_mask())  # SAC-MASK-1, SAC-MASK-2
+        action = torch.multinomial(pi, 1, generator=g).squeeze(1)
+        teacher = torch.rand(B, generator=g) < ratio
+        next_obs, reward, done, info = env.step(action, teacher)
+
+        # --- dual buffer: teacher steps are demo rows (is_demo = 1), the rest agent rows
+        demo = info["is_teacher"]
+        tr = {"obs": obs, "action": info["action"], "reward": reward, "next_obs": next_obs, "done": done,
+              "is_demo": demo, "is_relabeled": info["is_relabeled"]}
+        s["demo_buf"].add(**{k: v[demo] for k, v in tr.items()})
+        s["agent_buf"].add(**{k: v[~demo] for k, v in tr.items()})
+        cnt["env_steps"] += B
+        cnt["illegal"] += int(info["illegal"].sum())
+        cnt["episodes"] += int(done.sum())
+        cnt["early"] += int(info["early"].sum())
+        cnt["teacher"] += int(demo.sum())
+        cnt["relabeled"] += int(info["is_relabeled"].sum())
+        cnt["rejected"] += int(info["teacher_rejected"].sum())
+        cnt["agent_steps"] += int((~demo).sum())
+        cnt["agent_bonus_hits"] += int(((info["bonus"] > 0) & ~demo).sum())  # the agent's own bigrams
+        obs = env.reset(done)
+
+        # --- learn on a ρ : (1 - ρ) agent/demo batch
+        rec = {"update": update, "env_steps": cnt["env_steps"], "teacher_ratio": ratio,
+               "reward_mean": float(reward.mean()), **env.popart_stats(),
+               "illegal_rate": cnt["illegal"] / cnt["env_steps"],
+               "early_termination_rate": cnt["early"] / max(cnt["episodes"], 1),
+               "relabel_rate": cnt["relabeled"] / max(cnt["teacher"], 1),
+               "teacher_reject_rate": cnt["rejected"] / max(cnt["teacher"] + cnt["rejected"], 1),
+               "bigram_hit_rate": cnt["agent_bonus_hits"] / max(cnt["agent_steps"], 1)}
+        if len(s["agent_buf"]) + len(s["demo_buf"]) >= cfg.learning_starts:
+            n_agent, n_demo = mix_counts(cfg.batch_size, rho=cfg.rho)  # SAC-MIX-1
+            n_agent, n_demo = _lend_quota(n_agent, n_demo, len(s["agent_buf"]), len(s["demo_buf"]))
+            batch = merge(s["agent_buf"].sample(n_agent, g) if n_agent else None,
+                          s["demo_buf"].sample(n_demo, g) if n_demo else None)
+            rec.update(sac_update(s, batch, cfg))
+        if update % cfg.eval_every == 0 or update == updates:
+            rec.update(_eval_record(s, base, baseline, cfg, device, t0))
+            last = {**rec}
+            rec.pop("sample")
+        rd.log(**rec)
+        if update % cfg.ckpt_every == 0 or update == updates:
+            cnt["seconds"] = time.time() - t0
+            rd.save(_state(s, update))
+    return [last] if last else []
+
+
+def cli(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="rlconform train sac", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="run directory (config.json, metrics.jsonl, checkpoint.pt)")
+    p.add_argument("--updates", "--steps", dest="updates", type=int, default=1200, help="total updates (one env step of all envs + one gradient step each)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--n-envs", type=int, default=None, help="parallel passages B")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--vocab-size", type=int, default=None)
+    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--ckpt-every", type=int, default=None)
+    p.add_argument("--no-cql", action="store_true", help="switch the CQL regulariser off (use_cql = False)")
+    p.add_argument("--policy-topp", action="store_true", help="policy loss over the Top-p set (option B)")
+    p.add_argument("--alpha-optimizer", choices=("adam", "sgd"), default=None)
+    p.add_argument("--teacher-mode", choices=("reject", "relabel"), default=None)
+    p.add_argument("--dagger-horizon", type=int, default=None)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any Config field (env fields as env.NAME), value parsed as a Python literal")
+    a = p.parse_args(argv)
+    cfg = Config(seed=a.seed)
+    for flag, field in (("n_envs", "env.n_envs"), ("batch_size", "batch_size"), ("vocab_size", "vocab_size"),
+                        ("eval_every", "eval_every"), ("ckpt_every", "ckpt_every"),
+                        ("alpha_optimizer", "alpha_optimizer"), ("teacher_mode", "env.teacher_mode"),
+                        ("dagger_horizon", "dagger_horizon")):
+        if getattr(a, flag) is not None:
+            a.set.append(f"{field}={getattr(a, flag)!r}")
+    if a.no_cql:
+        a.set.append("use_cql=False")
+    if a.policy_topp:
+        a.set.append("policy_use_topp=True")
+    cfg = apply_overrides(cfg, a.set)
+    last = train(cfg, a.out, updates=a.updates, resume=a.resume, device=a.device)
+    if last:
+        r = last[0]
+        print(f"update {r['update']}: top1 {r['top1_hit']:.3f} (unigram {r['baseline_top1_hit']:.3f}), "
+              f"top3 {r['top3_hit']:.3f} (unigram {r['baseline_top3_hit']:.3f}), 4-gram coverage "
+              f"{r['coverage']:.3f} (unigram {r['baseline_coverage']:.3f}), alpha {r.get('alpha', float('nan')):.3g}")
+        print("sample:", r["sample"].replace("\n", "⏎"))
+    return 0
+
+
+def apply_overrides(cfg: Config, pairs: list[str]) -> Config:
+    """``KEY=VALUE`` strings onto the config (``env.KEY`` for the environment's fields)."""
+    import ast
+
+    env_kw, kw = {}, {}
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        try:
+            val = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            val = raw
+        (env_kw if key.startswith("env.") else kw)[key.removeprefix("env.")] = val
+    names = {f.name for f in dataclasses.fields(Config)} | {f"env.{f.name}" for f in dataclasses.fields(EnvConfig)}
+    unknown = [k for k in kw if k not in names] + [f"env.{k}" for k in env_kw if f"env.{k}" not in names]
+    if unknown:
+        raise ValueError(f"unknown config field(s): {', '.join(unknown)}")
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env_kw), **kw)

@@ -1,0 +1,1 @@
+"""Benchmarks run by ``rlconform bench`` (pytest-benchmark; ``pytest tools/benchmarks --benchmark-only``)."""
