@@ -167,9 +167,13 @@ class FamilyProxy:
 
 
 # ----------------------------------------------------------------------------- tolerances
-def tolerance(clause: str, dtype: torch.dtype | str = torch.float64) -> tuple[float, float]:
+def tolerance(clause: str, dtype: torch.dtype | str = torch.float64, *, approx: str | None = None) -> tuple[float, float]:
+    """The clause's (rtol, atol) for ``dtype``; ``approx`` names a class of spec/tolerances.yaml
+    instead, for differential checks whose oracle is itself approximate (finite differences)."""
     name = str(dtype).replace("torch.", "")
-    return default_spec().clause(clause).tolerance.for_dtype(name)
+    spec = default_spec()
+    tol = spec.tolerances[approx] if approx else spec.clause(clause).tolerance
+    return tol.for_dtype(name)
 
 
 def _last_call_text() -> str:
@@ -203,11 +207,13 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def assert_close(got: Any, expected: Any, clause: str, *, dtype: Any = None, what: str = "") -> None:
-    """``got`` equals ``expected`` within the clause's tolerance for ``dtype`` (default: got's dtype)."""
+def assert_close(got: Any, expected: Any, clause: str, *, dtype: Any = None, what: str = "",
+                 approx: str | None = None) -> None:
+    """``got`` equals ``expected`` within the clause's tolerance for ``dtype`` (default: got's dtype);
+    ``approx="gradient"`` when ``expected`` comes from finite differences."""
     if dtype is None:
         dtype = got.dtype if isinstance(got, torch.Tensor) else torch.float64
-    rtol, atol = tolerance(clause, dtype)
+    rtol, atol = tolerance(clause, dtype, approx=approx)
     g, e = _to_numpy(got), _to_numpy(expected)
     if g.shape != e.shape and not (g.size == 1 and e.size == 1):
         fail(clause, f"shape {g.shape}", f"shape {e.shape}", what)

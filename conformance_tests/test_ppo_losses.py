@@ -106,8 +106,7 @@ def test_clipped_policy_loss_gradient_matches_finite_differences(ppo, ra):
     x = r.clone().requires_grad_(True)
     ppo.clipped_policy_loss(x, a, clip_eps=0.2).backward()
     fd = finite_difference(lambda v: np_clipped_loss(v.numpy(), a.numpy(), 0.2), r)
-    assert_that(np.allclose(x.grad.numpy(), fd.numpy(), rtol=1e-5, atol=1e-7), "PPO-LOSS-1", x.grad,
-                f"the finite-difference gradient {fd.tolist()} (gradient tolerance)")
+    assert_close(x.grad, fd, "PPO-LOSS-1", what="autograd vs finite differences", approx="gradient")
 
 
 @pytest.mark.clause("PPO-LOSS-2")

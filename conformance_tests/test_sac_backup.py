@@ -88,6 +88,39 @@ def test_top_p_is_the_smallest_legal_set_reaching_p(sac, pm, p):
                         "the most probable legal actions")
 
 
+@st.composite
+def vocabulary_policies(draw):
+    """Peaked rows over a 600-character vocabulary (Zipf-like, as a trained policy): the regime in
+    which an implementation may sort only the leading candidates."""
+    B, A = draw(st.integers(1, 4)), 600
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = np.random.default_rng(seed)
+    z = -3.0 * np.log(g.permuted(np.tile(np.arange(1, A + 1), (B, 1)), axis=1)) + 0.3 * g.standard_normal((B, A))
+    mask = g.random((B, A)) > 0.05
+    mask[:, 0] = True
+    zz = np.where(mask, z, -np.inf)
+    pn = np.exp(zz - zz.max(-1, keepdims=True))
+    pn = np.maximum(pn / pn.sum(-1, keepdims=True), 1e-8)
+    return torch.tensor(pn), torch.tensor(mask)
+
+
+@pytest.mark.clause("SAC-TOPP-1")
+@given(vocabulary_policies(), st.sampled_from([0.9, 0.95, 0.98, 0.99]))
+def test_top_p_over_a_large_vocabulary(sac, pm, p):
+    probs, mask = pm
+    pn, mn = np_(probs), np_(mask)
+    for b in range(pn.shape[0]):
+        cums = np.cumsum(sorted(pn[b][mn[b]], reverse=True))
+        assume(np.all(np.abs(cums - p) > 1e-9))
+    sn = np_(sac.top_p_select(probs, mask, p=p)).astype(bool)
+    assert_equal(sn.sum(-1), np.array(_np_top_p_sizes(pn, mn, p)), "SAC-TOPP-1", "set size (minimal)")
+    assert_that(not (sn & ~mn).any(), "SAC-TOPP-1", sn.sum(-1).tolist(), "a subset of the legal set")
+    for b in range(pn.shape[0]):
+        if (mn[b] & ~sn[b]).any():
+            assert_that(pn[b][sn[b]].min() >= pn[b][mn[b] & ~sn[b]].max(), "SAC-TOPP-1", sn[b].sum(),
+                        "the most probable legal actions")
+
+
 @pytest.mark.clause("SAC-TOPP-1")
 def test_top_p_golden_and_detached(sac):
     probs = torch.tensor([[0.1, 0.6, 0.05, 0.25]], dtype=torch.float64, requires_grad=True)

@@ -56,6 +56,9 @@ class SacOps(Protocol):
         """scalar log α, [B] H, [B] H_tgt -> new scalar log α = log α + lr·mean(H_tgt − H), with α
         clamped to [1e-4, 2]."""
 
+    def clamp_log_alpha(self, log_alpha: Tensor, *, alpha_min: float = 1e-4, alpha_max: float = 2.0) -> Tensor:
+        """scalar -> log α clamped so that α ∈ [alpha_min, alpha_max] (after an optimiser step)."""
+
     def temperature_loss(self, log_alpha: Tensor, entropy: Tensor, target_entropy: Tensor) -> Tensor:
         """scalar -> scalar J whose gradient in log α is mean(H − H_tgt) (descent raises α on a deficit)."""
 

@@ -8,6 +8,7 @@ from reference_impl.sac.data import dagger_teacher_ratio, mix_counts, resolve_te
 from reference_impl.sac.defaults import defaults
 from reference_impl.sac.losses import (
     bc_loss,
+    clamp_log_alpha,
     cql_penalty,
     critic_loss,
     policy_loss,
@@ -23,7 +24,7 @@ __all__ = [
     "masked_softmax", "legal_set", "target_entropy", "entropy",
     "soft_value", "top_p_select", "top_p_probs", "top_p_soft_value", "td_target",
     "critic_loss", "policy_loss", "policy_loss_top_p", "temperature_update", "temperature_loss",
-    "cql_penalty", "bc_loss", "soft_update", "ema_update", "popart_step",
+    "cql_penalty", "bc_loss", "clamp_log_alpha", "soft_update", "ema_update", "popart_step",
     "ngram_coverage", "info_nce", "bigram_bonus", "step_reward", "shaped_reward",
     "mix_counts", "dagger_teacher_ratio", "resolve_teacher_action", "defaults",
 ]

@@ -46,6 +46,14 @@ def policy_loss_top_p(probs, q1, q2, legal_mask, *, alpha, p: float) -> torch.Te
     return -_weighted_soft(top_p_probs(probs, selected), _min_q(q1, q2).detach(), selected, alpha).mean()
 
 
+def clamp_log_alpha(log_alpha, *, alpha_min: float = ALPHA_MIN, alpha_max: float = ALPHA_MAX):
+    r"""log α clamped so that α ∈ [alpha_min, alpha_max] (after an SGD or an optimiser step).
+
+    Implements: SAC-TEMP-3.
+    """
+    return log_alpha.clamp(math.log(alpha_min), math.log(alpha_max))
+
+
 def temperature_update(log_alpha, entropy, target_entropy, *, lr: float,
                        alpha_min: float = ALPHA_MIN, alpha_max: float = ALPHA_MAX) -> torch.Tensor:
     r"""\tilde α ← \tilde α + η_α · E_o[H_tgt(s) − H(π(·|o))], then α clamped to [1e-4, 2].
@@ -56,8 +64,7 @@ def temperature_update(log_alpha, entropy, target_entropy, *, lr: float,
     """
     _checks.same_shape("SAC-TEMP-1", entropy=entropy, target_entropy=target_entropy)
     step = lr * (target_entropy.detach() - entropy.detach()).mean()  # SAC-TEMP-1
-    new = log_alpha.detach() + step
-    return new.clamp(math.log(alpha_min), math.log(alpha_max))  # SAC-TEMP-3
+    return clamp_log_alpha(log_alpha.detach() + step, alpha_min=alpha_min, alpha_max=alpha_max)  # SAC-TEMP-3
 
 
 def temperature_loss(log_alpha, entropy, target_entropy) -> torch.Tensor:

@@ -26,7 +26,7 @@ from reference_impl.sac.corpus import UNK, Corpus, load_corpus
 from reference_impl.sac.data import dagger_teacher_ratio, mix_counts
 from reference_impl.sac.defaults import defaults
 from reference_impl.sac.env import CharEnv, EnvConfig
-from reference_impl.sac.losses import (bc_loss, cql_penalty, critic_loss, policy_loss, policy_loss_top_p,
+from reference_impl.sac.losses import (bc_loss, clamp_log_alpha, cql_penalty, critic_loss, policy_loss, policy_loss_top_p,
                                        temperature_loss, temperature_update)
 from reference_impl.sac.masking import entropy, masked_softmax, target_entropy
 from reference_impl.sac.nets import PolicyNet, TwinQ
@@ -132,28 +132,6 @@ def _f(t: torch.Tensor) -> float:
     return float(t.detach())
 
 
-def _top_p_soft_value_fast(pi, q1, q2, legal, *, alpha, p: float, k: int) -> torch.Tensor:
-    """``top_p_soft_value`` evaluated on each row's k most probable actions: the same selection and
-    value (up to float summation order) wherever those k hold the whole Top-p set (their k-1 best
-    already reach p); other rows
-    take the full |Σ| computation. Not a new formula: the stable sort of the reference over 3000
-    actions is the costliest op of an update, a top-k then a sort of k columns is not.
-
-    Columns are gathered in ascending action id, so the reference's tie-break (lower id first) holds.
-    """
-    if k <= 0 or k >= pi.shape[-1]:
-        return top_p_soft_value(pi, q1, q2, legal, alpha=alpha, p=p)  # SAC-TOPP-3
-    top = torch.where(legal, pi, torch.zeros_like(pi)).topk(k, dim=-1)
-    enough = top.values[:, :-1].sum(-1) >= p
-    idx = top.indices.sort(-1).values
-    g = lambda x: x.gather(-1, idx)  # noqa: E731
-    v = top_p_soft_value(g(pi), g(q1), g(q2), g(legal), alpha=alpha, p=p)  # SAC-TOPP-3
-    if not bool(enough.all()):
-        rest = ~enough
-        v[rest] = top_p_soft_value(pi[rest], q1[rest], q2[rest], legal[rest], alpha=alpha, p=p)  # SAC-TOPP-3
-    return v
-
-
 def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
     """One gradient step of §8 on a merged agent/demo batch; returns the diagnostics."""
     policy, critic, target, env = s["policy"], s["critic"], s["target"], s["env"]
@@ -168,8 +146,8 @@ def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
     with torch.no_grad():
         pi_next = masked_softmax(policy(nxt), legal_next)  # SAC-MASK-1, SAC-MASK-2
         q1_t, q2_t = target(nxt)
-        v_next = _top_p_soft_value_fast(pi_next, q1_t, q2_t, legal_next, alpha=alpha, p=cfg.top_p,
-                                        k=cfg.top_p_candidates)  # SAC-TOPP-3
+        v_next = top_p_soft_value(pi_next, q1_t, q2_t, legal_next, alpha=alpha, p=cfg.top_p,
+                                  candidates=cfg.top_p_candidates)  # SAC-TOPP-3
         y = td_target(r, done, v_next, gamma=cfg.gamma)  # SAC-TD-1
         k = cfg.kpi_rows  # the KPI on a slice: the Top-p sort is the costliest op of the update
         sel = top_p_select(pi_next[:k], legal_next[:k], p=cfg.top_p)  # SAC-TOPP-1
@@ -212,7 +190,8 @@ def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
         loss_alpha.backward()
         s["opt_alpha"].step()
         with torch.no_grad():
-            s["log_alpha"].clamp_(math.log(cfg.alpha_min), math.log(cfg.alpha_max))  # SAC-TEMP-3
+            s["log_alpha"].copy_(clamp_log_alpha(s["log_alpha"], alpha_min=cfg.alpha_min,
+                                                 alpha_max=cfg.alpha_max))  # SAC-TEMP-3
     else:
         with torch.no_grad():
             s["log_alpha"].copy_(temperature_update(s["log_alpha"], H, H_tgt, lr=cfg.lr_alpha,
