@@ -11,27 +11,21 @@ reward against update for all of them. ``rlconform train isreshape --updates N -
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.common import RunDir, add_config_flags, arg, config_overrides, progress, seed_everything
 from reference_impl.isreshape.defaults import defaults
 from reference_impl.isreshape.losses import document_policy_loss, loss_metrics, policy_loss
 from reference_impl.isreshape.weights import importance_ratio
 
 DEFAULTS = defaults()  # ISR-DEFAULT-*
 LOSSES = ("v4", "doc", "ppo")
-
-
-def arg(default, help: str):
-    """A config field with its one-line description (also the ``--help`` text of its flag)."""
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass
@@ -182,10 +176,9 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="run directory (OUT/<loss> when several losses are given)")
     p.add_argument("--resume", action="store_true", help="continue the run(s) in --out from the checkpoint")
     p.add_argument("--plot", action="store_true", help="write OUT/reward_vs_update.png")
-    for f in dataclasses.fields(IsReshapeConfig):
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None, help=f.metadata["help"])
+    add_config_flags(p, IsReshapeConfig)
     args = p.parse_args(argv)
-    base = {f.name: getattr(args, f.name) for f in dataclasses.fields(IsReshapeConfig) if getattr(args, f.name) is not None}
+    base = config_overrides(args, IsReshapeConfig)
     names = [s.strip() for s in base.pop("loss", "v4").split(",") if s.strip()]
     out = Path(args.out)
     dirs = {}

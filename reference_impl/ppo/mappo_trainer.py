@@ -22,35 +22,20 @@ from reference_impl.ppo.losses import normalize_advantages
 from reference_impl.ppo.mappo import align_batch
 from reference_impl.ppo.masking import sample_actions
 from reference_impl.ppo.nets import Actor, Critic
-from reference_impl.ppo.trainer import (DEFAULTS, arg, checkpoint, config_from_args, config_parser, mean_or_nan,
+from reference_impl.ppo.trainer import (PPOHyper, arg, checkpoint, config_from_args, config_parser, mean_or_nan,
                                         restore, summarize)
 from reference_impl.ppo.update import ppo_update
 
 
 @dataclass
-class MAPPOConfig:
-    seed: int = arg(1, "seed of torch, numpy and the grids")
-    device: str = arg("cpu", "torch device of the networks and the update tensors")
-    torch_threads: int = arg(1, "torch intra-op threads (small networks on a shared CPU run best on one)")
+class MAPPOConfig(PPOHyper):
     n_agents: int = arg(2, "agents (and targets) per grid")
     grid_size: int = arg(5, "side of the square grid")
     max_cycles: int = arg(25, "steps before an episode is truncated")
     n_envs: int = arg(16, "grids played in parallel")
     rollout_steps: int = arg(50, "steps per grid per update (samples = n_envs * rollout_steps * n_agents)")
     hidden: int = arg(64, "width of the two hidden layers of actor and critic")
-    lr: float = arg(5.0e-3, "Adam learning rate (actor and critic)")
-    gamma: float = arg(0.99, "discount factor of GAE")
-    gae_lambda: float = arg(0.95, "lambda of GAE")
-    epochs: int = arg(4, "passes over the batch per update")
     minibatch_size: int = arg(320, "samples per gradient step")
-    clip_eps: float = arg(DEFAULTS["clip_eps"], "PPO clip range epsilon")
-    vf_coef: float = arg(0.5, "weight of the value loss in the total loss")
-    ent_coef: float = arg(0.01, "weight of the entropy bonus in the total loss")
-    max_grad_norm: float = arg(0.5, "gradient-norm clip (actor and critic each)")
-    target_kl: float = arg(DEFAULTS["target_kl"], "KL guard: the update stops once approx_kl exceeds twice this")
-    adv_eps: float = arg(DEFAULTS["adv_eps"], "epsilon of the batch advantage normalisation")
-    adv_clamp: float = arg(DEFAULTS["adv_clamp"], "normalised advantages are clamped to [-adv_clamp, adv_clamp]")
-    checkpoint_every: int = arg(5, "updates between checkpoints (the last update always checkpoints)")
 
 
 SMOKE = {"n_envs": 4, "rollout_steps": 25, "minibatch_size": 50, "epochs": 2}  # --smoke: a run of seconds

@@ -11,15 +11,14 @@ updates it would have run without the interruption.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.common import RunDir, add_config_flags, arg, config_overrides, progress, seed_everything
 from reference_impl.ppo.defaults import defaults
 from reference_impl.ppo.envs import ConnectFourVsRandom
 from reference_impl.ppo.gae import gae
@@ -31,19 +30,13 @@ from reference_impl.ppo.update import ppo_update
 DEFAULTS = defaults()  # the document's numbers (PPO-DEFAULT-*)
 
 
-def arg(default, help: str):
-    """A config field with its one-line description (also the ``--help`` text of its CLI flag)."""
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
-class PPOConfig:
-    seed: int = arg(1, "seed of torch, numpy, the boards and the random opponent")
+class PPOHyper:
+    """The update's hyper-parameters, shared by the masked-PPO and the MAPPO trainer."""
+
+    seed: int = arg(1, "seed of torch, numpy and the environments")
     device: str = arg("cpu", "torch device of the networks and the update tensors")
     torch_threads: int = arg(1, "torch intra-op threads (small networks on a shared CPU run best on one)")
-    n_envs: int = arg(16, "boards played in parallel")
-    rollout_steps: int = arg(32, "learner moves per board per update (batch = n_envs * rollout_steps)")
-    hidden: int = arg(128, "width of the two hidden layers of actor and critic")
     lr: float = arg(5.0e-3, "Adam learning rate (actor and critic)")
     gamma: float = arg(0.99, "discount factor of GAE")
     gae_lambda: float = arg(0.95, "lambda of GAE")
@@ -51,12 +44,20 @@ class PPOConfig:
     minibatch_size: int = arg(128, "samples per gradient step")
     clip_eps: float = arg(DEFAULTS["clip_eps"], "PPO clip range epsilon")
     vf_coef: float = arg(0.5, "weight of the value loss in the total loss")
-    ent_coef: float = arg(0.07, "weight of the entropy bonus (high enough to keep clip_fraction in its SLO range)")
+    ent_coef: float = arg(0.01, "weight of the entropy bonus in the total loss")
     max_grad_norm: float = arg(0.5, "gradient-norm clip (actor and critic each)")
     target_kl: float = arg(DEFAULTS["target_kl"], "KL guard: the update stops once approx_kl exceeds twice this")
     adv_eps: float = arg(DEFAULTS["adv_eps"], "epsilon of the batch advantage normalisation")
     adv_clamp: float = arg(DEFAULTS["adv_clamp"], "normalised advantages are clamped to [-adv_clamp, adv_clamp]")
     checkpoint_every: int = arg(5, "updates between checkpoints (the last update always checkpoints)")
+
+
+@dataclass
+class PPOConfig(PPOHyper):
+    n_envs: int = arg(16, "boards played in parallel")
+    rollout_steps: int = arg(32, "learner moves per board per update (batch = n_envs * rollout_steps)")
+    hidden: int = arg(128, "width of the two hidden layers of actor and critic")
+    ent_coef: float = arg(0.07, "weight of the entropy bonus (high enough to keep clip_fraction in its SLO range)")
 
 
 SMOKE = {"n_envs": 4, "rollout_steps": 16, "minibatch_size": 32, "epochs": 2}  # --smoke: a run of seconds
@@ -179,15 +180,13 @@ def config_parser(config_cls, prog: str, doc: str) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run directory (config.json, metrics.jsonl, checkpoint.pt)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.add_argument("--smoke", action="store_true", help="tiny rollouts and batches: a run of a few seconds")
-    for f in dataclasses.fields(config_cls):
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None, help=f.metadata["help"])
+    add_config_flags(p, config_cls)
     return p
 
 
 def config_from_args(config_cls, args, smoke: dict):
     overrides = dict(smoke) if args.smoke else {}
-    overrides.update({f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)
-                      if getattr(args, f.name) is not None})
+    overrides.update(config_overrides(args, config_cls))
     return config_cls(**overrides)
 
 
