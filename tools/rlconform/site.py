@@ -342,7 +342,7 @@ def gates_page(spec) -> str:
     out = ["# Go-live gates and SLOs", "",
            "Gate clauses are thresholds on the metrics a trainer writes to `metrics.jsonl` (one JSON object "
            "per update). `rlconform gate RUN/metrics.jsonl` aggregates each metric as the clause says and "
-           "compares it with the threshold; MUST gates fail the command, SHOULD gates fail it with `--strict`.", ""]
+           "compares it with the threshold; any failing gate fails the command; with `--strict` a gate whose metric is missing fails it too.", ""]
     for fam, f in spec.families.items():
         rows = [c for c in f.clauses if c.kind == "gate"]
         if not rows:
