@@ -36,6 +36,28 @@ def _np_top_p_sizes(p, mask, thr):
     return sizes
 
 
+def _assume_clear_of_thresholds(pn, mn, p):
+    """Skip draws where a cumulative legal mass sits within rounding distance of p."""
+    for b in range(pn.shape[0]):
+        cums = np.cumsum(sorted(pn[b][mn[b]], reverse=True))
+        assume(np.all(np.abs(cums - p) > 1e-9))
+
+
+def _check_top_p_set(sel, pn, mn, p):
+    """SAC-TOPP-1 against the brute-force oracle: legal, non-empty, mass >= p, minimal, most probable."""
+    sn = np_(sel).astype(bool)
+    assert_that(not (sn & ~mn).any(), "SAC-TOPP-1", sel, "a subset of the legal set")
+    assert_that(sn.any(-1).all(), "SAC-TOPP-1", sel, "a non-empty set in every row")
+    mass = np.where(sn, pn, 0).sum(-1)
+    legal_mass = np.where(mn, pn, 0).sum(-1)
+    assert_that(np.all((mass >= p) | np.isclose(mass, legal_mass)), "SAC-TOPP-1", mass.tolist(), f"mass >= p={p}")
+    assert_equal(sn.sum(-1), np.array(_np_top_p_sizes(pn, mn, p)), "SAC-TOPP-1", "set size (minimal)")
+    for b in range(pn.shape[0]):
+        if sn[b].any() and (mn[b] & ~sn[b]).any():
+            assert_that(pn[b][sn[b]].min() >= pn[b][mn[b] & ~sn[b]].max(), "SAC-TOPP-1", sel,
+                        "the most probable legal actions")
+
+
 @st.composite
 def backups(draw, **kw):
     p, mask = draw(st_.policies(**kw))
@@ -70,22 +92,8 @@ def test_soft_value_golden(sac):
 def test_top_p_is_the_smallest_legal_set_reaching_p(sac, pm, p):
     probs, mask = pm
     pn, mn = np_(probs), np_(mask)
-    # stay away from thresholds that a rounding error could flip
-    for b in range(pn.shape[0]):
-        cums = np.cumsum(sorted(pn[b][mn[b]], reverse=True))
-        assume(np.all(np.abs(cums - p) > 1e-9))
-    sel = sac.top_p_select(probs, mask, p=p)
-    sn = np_(sel).astype(bool)
-    assert_that(not (sn & ~mn).any(), "SAC-TOPP-1", sel, "a subset of the legal set")
-    assert_that(sn.any(-1).all(), "SAC-TOPP-1", sel, "a non-empty set in every row")
-    mass = np.where(sn, pn, 0).sum(-1)
-    legal_mass = np.where(mn, pn, 0).sum(-1)
-    assert_that(np.all((mass >= p) | np.isclose(mass, legal_mass)), "SAC-TOPP-1", mass.tolist(), f"mass >= p={p}")
-    assert_equal(sn.sum(-1), np.array(_np_top_p_sizes(pn, mn, p)), "SAC-TOPP-1", "set size (minimal)")
-    for b in range(pn.shape[0]):
-        if sn[b].any() and (mn[b] & ~sn[b]).any():
-            assert_that(pn[b][sn[b]].min() >= pn[b][mn[b] & ~sn[b]].max(), "SAC-TOPP-1", sel,
-                        "the most probable legal actions")
+    _assume_clear_of_thresholds(pn, mn, p)
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p)
 
 
 @st.composite
@@ -109,16 +117,8 @@ def vocabulary_policies(draw):
 def test_top_p_over_a_large_vocabulary(sac, pm, p):
     probs, mask = pm
     pn, mn = np_(probs), np_(mask)
-    for b in range(pn.shape[0]):
-        cums = np.cumsum(sorted(pn[b][mn[b]], reverse=True))
-        assume(np.all(np.abs(cums - p) > 1e-9))
-    sn = np_(sac.top_p_select(probs, mask, p=p)).astype(bool)
-    assert_equal(sn.sum(-1), np.array(_np_top_p_sizes(pn, mn, p)), "SAC-TOPP-1", "set size (minimal)")
-    assert_that(not (sn & ~mn).any(), "SAC-TOPP-1", sn.sum(-1).tolist(), "a subset of the legal set")
-    for b in range(pn.shape[0]):
-        if (mn[b] & ~sn[b]).any():
-            assert_that(pn[b][sn[b]].min() >= pn[b][mn[b] & ~sn[b]].max(), "SAC-TOPP-1", sn[b].sum(),
-                        "the most probable legal actions")
+    _assume_clear_of_thresholds(pn, mn, p)
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p)
 
 
 @pytest.mark.clause("SAC-TOPP-1")
@@ -171,9 +171,7 @@ def test_top_p_probs_golden(sac):
 def test_top_p_soft_value_matches_loop(sac, case, p):
     probs, q1, q2, mask, alpha = case
     pn, mn = np_(probs), np_(mask)
-    for b in range(pn.shape[0]):
-        cums = np.cumsum(sorted(pn[b][mn[b]], reverse=True))
-        assume(np.all(np.abs(cums - p) > 1e-9))
+    _assume_clear_of_thresholds(pn, mn, p)
     got = sac.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=p)
     # oracle: brute-force selection, renormalise, then the soft sum with log π_p
     sizes = _np_top_p_sizes(pn, mn, p)
