@@ -288,6 +288,8 @@ def test_r_times_f_prime_is_weight_by_finite_differences(isreshape, r, tau, gamm
     res = derivative(f_of_log, np.log(r.numpy()), tolerances={"atol": 1e-10, "rtol": 1e-9})
     if not np.all(res.success):
         fail("ISR-F-2", res.df, "a converged scipy finite difference", "scipy.differentiate did not converge")
+    assert_close(res.df, np_weight(r.numpy(), gamma, tau), "ISR-F-2",
+                 what="scipy finite-difference r f'(r) vs the closed-form w")
     assert_close(res.df, isreshape.reshape_weight(r, gamma, tau=tau).numpy(), "ISR-F-2",
                  what="scipy finite-difference r f'(r) vs the implementation's w")
 
