@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_equal, assert_rejects
+from conformance_tests.harness import assert_equal, assert_rejects, assert_that
 
 LABELS = {"btn_x9z": "Submit", "btn_q1": "Cancel"}
 
@@ -17,15 +18,11 @@ def test_alfworld_golden(ccapo):
 
 
 @pytest.mark.clause("CCAPO-FP-1")
-@pytest.mark.parametrize("cmd, want", [
-    ("go to countertop 3", "GOTO(countertop)"),
-    ("take mug 2 from cabinet 11", "TAKE(mug, cabinet)"),
-    ("heat egg 1 with microwave 1", "HEAT(egg, microwave)"),
-    ("open fridge 1", "OPEN(fridge)"),
-    ("look", "LOOK()"),
-])
-def test_alfworld_verbs(ccapo, cmd, want):
-    assert_equal(ccapo.fingerprint(cmd, domain="alfworld"), want, "CCAPO-FP-1")
+@pytest.mark.parametrize("template, want", st_.ALFWORLD_GRAMMAR)
+def test_alfworld_every_command_of_the_grammar(ccapo, template, want):
+    cmd = template.format(o="apple", r="countertop", k="knife", i=3, j=12)
+    assert_equal(ccapo.fingerprint(cmd, domain="alfworld"), want.format(o="apple", r="countertop", k="knife"),
+                 "CCAPO-FP-1", f"for {cmd!r}")
 
 
 @pytest.mark.clause("CCAPO-FP-1", "CCAPO-FP-3")
@@ -88,3 +85,39 @@ def test_abstract_location(ccapo, raw, domain, want):
 ])
 def test_unknown_domain_or_label_is_rejected(ccapo, action, domain, labels):
     assert_rejects("CCAPO-INPUT-4", ccapo.raw("fingerprint"), action, domain=domain, labels=labels)
+
+
+@pytest.mark.clause("CCAPO-FP-2", "CCAPO-FP-3")
+@given(st_.ccapo_gui_actions())
+def test_gui_every_targeted_verb_resolves_the_label_and_drops_the_noise(ccapo, case):
+    verb, a, b, labels, label = case
+    fa = ccapo.fingerprint(a, domain="gui", labels=labels)
+    fb = ccapo.fingerprint(b, domain="gui", labels=labels)
+    assert_equal(fa, fb, "CCAPO-FP-3", f"{a!r} and {b!r} differ only in coordinates, ids or typed text")
+    assert_that(fa.endswith(f"({label})"), "CCAPO-FP-2", fa, f"VERB({label}): the element's label as the argument")
+    if verb == "tap":
+        assert_equal(fa, f"CLICK({label})", "CCAPO-FP-2", "a tap is a CLICK")
+
+
+@pytest.mark.clause("CCAPO-FP-2")
+@given(st.sampled_from(["Submit", "Search"]), st.integers(0, 2000), st.integers(0, 2000))
+def test_gui_verbs_on_one_element_stay_distinct(ccapo, label, x, y):
+    """tap, long-press and type on the same element are different actions: one node each."""
+    labels = {"el_1": label}
+    got = {ccapo.fingerprint(t, domain="gui", labels=labels) for t in (
+        f'tap(x={x}, y={y}, id="el_1")', f'long_press(x={x}, y={y}, id="el_1", duration=800)',
+        f'type(text="hello {x}", id="el_1")')}
+    assert_that(len(got) == 3, "CCAPO-FP-2", sorted(got), "three distinct fingerprints (the verb is kept)")
+
+
+@pytest.mark.clause("CCAPO-FP-2", "CCAPO-FP-3")
+@given(st_.ccapo_gui_moves())
+def test_gui_swipe_and_scroll_keep_the_direction_and_drop_coordinates(ccapo, case):
+    verb, direction, a, b = case
+    fa, fb = (ccapo.fingerprint(t, domain="gui", labels={}) for t in (a, b))
+    assert_equal(fa, fb, "CCAPO-FP-3", f"{a!r} and {b!r} differ only in coordinates")
+    assert_that(not any(ch.isdigit() for ch in fa), "CCAPO-FP-3", fa, "no coordinates in the fingerprint")
+    others = {ccapo.fingerprint(a.replace(f'"{direction}"', f'"{d}"'), domain="gui", labels={})
+              for d in st_.GUI_DIRECTIONS}
+    assert_that(len(others) == len(st_.GUI_DIRECTIONS), "CCAPO-FP-2", sorted(others),
+                f"one fingerprint per {verb} direction")

@@ -9,7 +9,8 @@ import torch
 from hypothesis import assume, given
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_rejects, assert_that, finite_difference
+from conformance_tests.harness import (assert_close, assert_dtype, assert_no_grad, assert_rejects, assert_that,
+                                      finite_difference, grad_leaves)
 
 F64 = torch.float64
 
@@ -33,12 +34,12 @@ def np_objective(new, old, ref, adv, mask, clip=0.2, beta=0.04):
 
 
 @pytest.mark.clause("CCAPO-PPO-1", "CCAPO-PPO-2")
-@given(st_.ccapo_logp_batches())
-def test_objective_matches_loop_oracle(ccapo, batch):
+@given(st_.ccapo_logp_batches(), st_.keyword_arguments("ccapo.policy_loss"))
+def test_objective_matches_loop_oracle(ccapo, batch, kw):
     new, old, ref, adv, mask = batch
-    out = ccapo.policy_loss(new, old, ref, adv, mask)
-    surr, kl = np_objective(*(x.numpy() for x in batch))
-    assert_close(out["loss"], -(surr - 0.04 * kl), "CCAPO-PPO-1", what="loss")
+    out = ccapo.policy_loss(new, old, ref, adv, mask, **kw)
+    surr, kl = np_objective(*(x.numpy() for x in batch), clip=kw["clip_eps"], beta=kw["beta_kl"])
+    assert_close(out["loss"], -(surr - kw["beta_kl"] * kl), "CCAPO-PPO-1", what="loss")
     assert_close(out["loss_clip"], -surr, "CCAPO-PPO-1", what="loss_clip")
     assert_close(out["kl_ref"], kl, "CCAPO-PPO-2", dtype=F64, what="kl_ref")
 
@@ -118,3 +119,43 @@ def test_bad_clip_rejected(ccapo):
     z = torch.zeros(1, 2, dtype=F64)
     assert_rejects("CCAPO-INPUT-5", ccapo.raw("policy_loss"), z, z, z, z, torch.ones(1, 2, dtype=torch.bool),
                    clip_eps=0.0)
+
+
+# ----------------------------------------------------------------------------- gradient isolation
+@pytest.mark.clause("CCAPO-PPO-1", "CCAPO-PPO-2")
+@given(st_.ccapo_logp_batches(), st_.keyword_arguments("ccapo.policy_loss"))
+def test_gradient_reaches_logp_new_only(ccapo, batch, kw):
+    """logp_old, logp_ref and the advantages (built from STDB scores and group statistics) are
+    requires-grad leaves: the loss must treat every one of them as a constant."""
+    new, old, ref, adv, mask = batch
+    new, old, ref, adv = grad_leaves(new, old, ref, adv)
+    out = ccapo.policy_loss(new, old, ref, adv, mask, **kw)
+    out["loss"].backward()
+    assert_no_grad("CCAPO-PPO-1", "logp_old", old)
+    assert_no_grad("CCAPO-PPO-2", "logp_ref (the KL's reference)", ref)
+    assert_no_grad("CCAPO-PPO-1", "advantages", adv)
+
+
+# ----------------------------------------------------------------------------- CCAPO-DTYPE-1
+def _ccapo_dtype_calls(dtype):
+    """One call of every operation that computes floats from floating inputs of ``dtype``."""
+    t = lambda *v: torch.tensor(v, dtype=dtype)  # noqa: E731
+    q, seen = t(0.2, 0.7, 0.5), torch.tensor([True, False, True])
+    new, old, ref, adv = (x.to(dtype) for x in (torch.tensor([[-0.5, -1.0]]), torch.tensor([[-0.6, -0.9]]),
+                                                torch.tensor([[-0.4, -1.2]]), torch.tensor([[1.0, -0.5]])))
+    return [
+        ("importance", (t(1.0, 3.0), t(2.0, 5.0)), {}), ("criticality", (t(1.0, 3.0), t(2.0, 5.0), 4.0, 10.0), {}),
+        ("distance_decay", (t(0.0, 3.0),), {}), ("q_stdb", (t(0.5, 0.6), t(1.2, 0.8), t(1.0, 0.5)), {}),
+        ("micro_reward", (q, seen, torch.tensor([False, False, True])), {}),
+        ("macro_advantage", (t(9.5, 9.0, -0.5, -0.3),), {}), ("micro_raw_advantage", (q, t(0.1, 0.2, 0.3), seen), {}),
+        ("micro_advantage", (t(0.3, -0.2, 0.5, 0.0),), {}), ("fuse_advantages", (t(1.0), t(0.5, -0.5).view(1, 2)), {}),
+        ("policy_loss", (new, old, ref, adv, torch.ones(1, 2, dtype=torch.bool)), {}),
+    ]
+
+
+@pytest.mark.clause("CCAPO-DTYPE-1")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("index", range(10))
+def test_outputs_keep_the_input_dtype(ccapo, dtype, index):
+    op, args, kwargs = _ccapo_dtype_calls(dtype)[index]
+    assert_dtype(getattr(ccapo, op)(*args, **kwargs), dtype, "CCAPO-DTYPE-1", op)

@@ -11,14 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_rejects, assert_that
+from conformance_tests.harness import assert_close, assert_no_grad, assert_rejects, assert_that
 from conformance_tests.test_isreshape_weights import np_gamma, np_weight
 
 EPS = 1e-8
 
 
-def np_token_weights(lp, ref, adv, *, tau=1.0, beta=1.0, gmin=0.0, gmax=1.0):
-    log_r = np.clip(lp - ref, -20.0, 20.0)
+def np_token_weights(lp, ref, adv, *, tau=1.0, beta=1.0, gmin=0.0, gmax=1.0, clamp=20.0):
+    log_r = np.clip(lp - ref, -clamp, clamp)
     r = np.exp(log_r)
     g = np_gamma(adv, beta, gmin, gmax)
     return log_r, r, g, np_weight(r, g, tau)
@@ -33,11 +33,16 @@ def grad_of(loss, x):
 
 
 @st.composite
-def loss_cases(draw):
-    batch = draw(st_.isr_token_batches())
-    hyper = dict(tau=draw(st_.isr_taus()), beta=draw(st_.isr_betas()))
-    lo, hi = sorted(draw(st.tuples(st_.isr_gammas(), st_.isr_gammas())))
-    return batch, dict(hyper, gamma_min=lo, gamma_max=hi)
+def loss_cases(draw, op: str = "isreshape.policy_loss"):
+    """A token batch ([T] or [B, T]) and every keyword of ``op`` drawn from its valid range."""
+    return draw(st_.isr_token_batches()), draw(st_.keyword_arguments(op))
+
+
+def np_weights_for(batch_np, hp):
+    """The oracle's (log r, r, gamma, w) with the drawn keywords, never the defaults."""
+    lp, ref, adv, _ = batch_np
+    return np_token_weights(lp, ref, adv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"],
+                            gmax=hp["gamma_max"], clamp=hp["log_ratio_clamp"])
 
 
 def _np(batch):
@@ -63,8 +68,8 @@ def _gold():
 def test_loss_value(isreshape, case):
     batch, hp = case
     lp, ref, adv, m = _np(batch)
-    *_, w = np_token_weights(lp, ref, adv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"], gmax=hp["gamma_max"])
-    expected = -(w * adv * lp * m).sum() / (m.sum() + EPS)
+    *_, w = np_weights_for(_np(batch), hp)
+    expected = -(w * adv * lp * m).sum() / (m.sum() + hp["mask_eps"])
     assert_close(isreshape.policy_loss(*batch, **hp), expected, "ISR-LOSS-1")
 
 
@@ -78,7 +83,7 @@ def test_loss_golden(isreshape):
 @given(st_.isr_token_batches())
 def test_loss_is_the_token_mean_of_single_token_losses(isreshape, batch):
     # differential: the batched loss vs a loop of one-token losses averaged over the masked tokens
-    lp, ref, adv, m = batch
+    lp, ref, adv, m = (t.reshape(-1) for t in batch)
     singles = [float(isreshape.policy_loss(lp[i:i + 1], ref[i:i + 1], adv[i:i + 1], torch.ones(1, dtype=lp.dtype)))
                for i in range(len(lp)) if m[i] > 0]
     expected = sum(singles) * (1 + EPS) / (float(m.sum()) + EPS)
@@ -93,16 +98,15 @@ def test_loss_gradient_is_minus_weight_times_advantage(isreshape, case):
     lp, ref, adv, m = (t.clone().requires_grad_(True) for t in batch)
     loss = isreshape.policy_loss(lp, ref, adv, m.detach(), **hp)
     nlp, nref, nadv, nm = _np(batch)
-    *_, w = np_token_weights(nlp, nref, nadv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"],
-                             gmax=hp["gamma_max"])
+    *_, w = np_weights_for(_np(batch), hp)
     if loss.requires_grad:
         grads = torch.autograd.grad(loss, [lp, ref, adv], allow_unused=True)
     else:  # the document's constant loss: no gradient anywhere
         grads = (None, None, None)
     g_lp, g_ref, g_adv = (torch.zeros_like(lp) if g is None else g for g in grads)
-    assert_close(g_lp, -w * nadv * nm / (nm.sum() + EPS), "ISR-LOSS-2", what="dL/dlog pi")
-    assert_close(g_ref, np.zeros(len(nlp)), "ISR-LOSS-2", what="no gradient into log mu (w is detached)")
-    assert_close(g_adv, np.zeros(len(nlp)), "ISR-LOSS-2", what="no gradient into the advantages")
+    assert_close(g_lp, -w * nadv * nm / (nm.sum() + hp["mask_eps"]), "ISR-LOSS-2", what="dL/dlog pi")
+    assert_close(g_ref, np.zeros(nlp.shape), "ISR-LOSS-2", what="no gradient into log mu (w is detached)")
+    assert_close(g_adv, np.zeros(nlp.shape), "ISR-LOSS-2", what="no gradient into the advantages")
 
 
 @pytest.mark.clause("ISR-LOSS-2")
@@ -129,15 +133,20 @@ def test_loss_gradient_by_finite_differences(isreshape):
 
 # ----------------------------------------------------------------------------- ISR-SFT-1
 @pytest.mark.clause("ISR-SFT-1")
-@given(st_.isr_token_batches(), st_.isr_taus(), st_.isr_gammas())
-def test_sft_loss_value_and_gradient(isreshape, batch, tau, gamma_sft):
-    lp, ref, _, m = batch
-    x = lp.clone().requires_grad_(True)
-    loss = isreshape.sft_loss(x, ref, m, tau=tau, gamma_sft=gamma_sft)
+@given(loss_cases("isreshape.sft_loss"))
+def test_sft_loss_value_and_gradient(isreshape, case):
+    (lp, ref, _, m), hp = case
+    x, r = lp.clone().requires_grad_(True), ref.clone().requires_grad_(True)
+    loss = isreshape.sft_loss(x, r, m, **hp)
     nlp, nref, nm = lp.numpy(), ref.numpy(), m.numpy()
-    w = np_weight(np.exp(np.clip(nlp - nref, -20, 20)), gamma_sft, tau)
-    assert_close(loss, -(w * nlp * nm).sum() / (nm.sum() + EPS), "ISR-SFT-1", what="loss value")
-    assert_close(grad_of(loss, x), -w * nm / (nm.sum() + EPS), "ISR-SFT-1", what="dL/dlog pi (w detached)")
+    c, eps = hp["log_ratio_clamp"], hp["mask_eps"]
+    w = np_weight(np.exp(np.clip(nlp - nref, -c, c)), hp["gamma_sft"], hp["tau"])
+    assert_close(loss, -(w * nlp * nm).sum() / (nm.sum() + eps), "ISR-SFT-1", what="loss value")
+    if loss.requires_grad:
+        loss.backward()
+    got = x.grad if x.grad is not None else torch.zeros_like(x)
+    assert_close(got, -w * nm / (nm.sum() + eps), "ISR-SFT-1", what="dL/dlog pi (w detached)")
+    assert_no_grad("ISR-SFT-1", "ref_log_prob (w is detached)", r)
 
 
 @pytest.mark.clause("ISR-SFT-1")
@@ -150,11 +159,11 @@ def test_sft_loss_golden(isreshape):
 
 # ----------------------------------------------------------------------------- ISR-METRIC-*
 @pytest.mark.clause("ISR-METRIC-1")
-@given(loss_cases())
+@given(loss_cases("isreshape.loss_metrics"))
 def test_masked_mean_metrics(isreshape, case):
     batch, hp = case
     lp, ref, adv, m = _np(batch)
-    _, r, g, w = np_token_weights(lp, ref, adv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"], gmax=hp["gamma_max"])
+    _, r, g, w = np_weights_for(_np(batch), hp)
     sapo = np_weight(r, 1.0, hp["tau"])
     got = isreshape.loss_metrics(*batch, **hp)
     for name, x in (("gamma_mean", g), ("weight_mean", w), ("sapo_weight_mean", sapo), ("ratio_mean", r),
@@ -163,11 +172,11 @@ def test_masked_mean_metrics(isreshape, case):
 
 
 @pytest.mark.clause("ISR-METRIC-2")
-@given(loss_cases())
+@given(loss_cases("isreshape.loss_metrics"))
 def test_spread_and_peak_metrics(isreshape, case):
     batch, hp = case
     lp, ref, adv, m = _np(batch)
-    *_, g, w = np_token_weights(lp, ref, adv, tau=hp["tau"], beta=hp["beta"], gmin=hp["gamma_min"], gmax=hp["gamma_max"])
+    *_, g, w = np_weights_for(_np(batch), hp)
     sel = m > 0
     got = isreshape.loss_metrics(*batch, **hp)
     std = float(np.std(g[sel], ddof=1)) if sel.sum() > 1 else 0.0
@@ -176,12 +185,13 @@ def test_spread_and_peak_metrics(isreshape, case):
 
 
 @pytest.mark.clause("ISR-METRIC-3")
-@given(loss_cases())
+@given(loss_cases("isreshape.loss_metrics"))
 def test_kl_metric(isreshape, case):
     batch, hp = case
     lp, ref, _, m = _np(batch)
     got = isreshape.loss_metrics(*batch, **hp)
-    assert_close(got["kl"], (-np.clip(lp - ref, -20, 20) * m).sum() / m.sum(), "ISR-METRIC-3")
+    c = hp["log_ratio_clamp"]
+    assert_close(got["kl"], (-np.clip(lp - ref, -c, c) * m).sum() / m.sum(), "ISR-METRIC-3")
 
 
 @pytest.mark.clause("ISR-METRIC-1", "ISR-METRIC-2", "ISR-METRIC-3")

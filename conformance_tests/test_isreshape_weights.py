@@ -19,7 +19,8 @@ from scipy.optimize import brentq
 from scipy.special import expit
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_rejects, assert_that, fail
+from conformance_tests.harness import (assert_close, assert_dtype, assert_low_precision, assert_rejects,
+                                      assert_that, fail)
 
 
 # ----------------------------------------------------------------------------- numpy oracles
@@ -71,11 +72,12 @@ F_ONE_TAU1 = [-0.7598979245104498, -0.48983732480741826, 0.0, 0.9242343145200195
 
 # ----------------------------------------------------------------------------- ISR-RATIO-1
 @pytest.mark.clause("ISR-RATIO-1")
-@given(st_.isr_token_batches())
-def test_ratio_is_exp_of_clamped_log_ratio(isreshape, batch):
+@given(st_.isr_token_batches(), st_.keyword_arguments("isreshape.importance_ratio"))
+def test_ratio_is_exp_of_clamped_log_ratio(isreshape, batch, kw):
     lp, ref, _, _ = batch
-    expected = np.exp(np.clip(lp.numpy() - ref.numpy(), -20.0, 20.0))
-    assert_close(isreshape.importance_ratio(lp, ref), expected, "ISR-RATIO-1")
+    c = kw["log_ratio_clamp"]
+    expected = np.exp(np.clip(lp.numpy() - ref.numpy(), -c, c))
+    assert_close(isreshape.importance_ratio(lp, ref, **kw), expected, "ISR-RATIO-1")
 
 
 @pytest.mark.clause("ISR-RATIO-1")
@@ -336,14 +338,33 @@ def test_weight_finite_and_bounded_in_low_precision(isreshape, dtype, r, tau, ga
 
 @pytest.mark.clause("ISR-STAB-1")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@given(r=st_.isr_ratios(log_lo=-20, log_hi=20), tau=st_.isr_taus(), gamma=st_.isr_gammas())
+def test_weight_values_in_low_precision(isreshape, dtype, r, tau, gamma):
+    """Not only finite: the value against the float64 weight of the same rounded ratios."""
+    x = r.clamp(max=torch.finfo(dtype).max).to(dtype)
+    w = isreshape.reshape_weight(x, gamma, tau=tau)
+    assert_low_precision(w, np_weight(x.double().numpy(), gamma, tau), "ISR-STAB-1", dtype, "weight")
+
+
+@pytest.mark.clause("ISR-STAB-1")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @given(batch=st_.isr_token_batches(log_ratio=25.0))
-def test_loss_and_gradient_finite_in_low_precision(isreshape, dtype, batch):
+def test_loss_and_gradient_in_low_precision(isreshape, dtype, batch):
+    """Value and gradient against the float64 answer for the same rounded tokens: a constant or
+    zero-gradient half-precision loss fails, not only a NaN."""
     lp, ref, adv, mask = (t.to(dtype) for t in batch)
     x = lp.clone().requires_grad_(True)
     loss = isreshape.policy_loss(x, ref, adv, mask)
     assert_that(torch.isfinite(loss), "ISR-STAB-1", loss, "a finite loss")
-    (g,) = torch.autograd.grad(loss, x)
+    (g,) = torch.autograd.grad(loss, x) if loss.requires_grad else (torch.zeros_like(x),)
     assert_that(torch.isfinite(g), "ISR-STAB-1", g, "a finite gradient")
+    nlp, nref, nadv, nm = (t.double().numpy() for t in (lp, ref, adv, mask))
+    w = np_weight(np.exp(np.clip(nlp - nref, -20.0, 20.0)), np_gamma(nadv, 1.0, 0.0, 1.0), 1.0)
+    denom = nm.sum() + 1e-8
+    terms = w * nadv * nlp * nm
+    scale = max(1.0, float(np.abs(terms).sum() / denom))  # rounding error scales with the terms, not the sum
+    assert_low_precision(loss.double() / scale, -terms.sum() / denom / scale, "ISR-STAB-1", dtype, "loss / scale")
+    assert_low_precision(g, -w * nadv * nm / denom, "ISR-STAB-1", dtype, "dL/dlog pi")
 
 
 def tolerance_for(dtype):
@@ -394,3 +415,27 @@ def test_gamma_outside_unit_interval_is_rejected(isreshape, gamma):
 @pytest.mark.parametrize("lo,hi", [(-0.1, 1.0), (0.0, 1.1), (0.8, 0.2)])
 def test_bad_gamma_bounds_are_rejected(isreshape, lo, hi):
     assert_rejects("ISR-INPUT-4", isreshape.raw("reward_gamma"), t64([1.0]), gamma_min=lo, gamma_max=hi)
+
+
+# ----------------------------------------------------------------------------- ISR-DTYPE-1
+def _isr_dtype_calls(dtype):
+    """One call of every float-returning operation on inputs of ``dtype``, as (op, args, kwargs)."""
+    lp = torch.tensor([-0.3, -1.7, -2.2, -0.01], dtype=dtype)
+    ref = torch.tensor([-0.5, -1.0, -4.0, -0.02], dtype=dtype)
+    adv = torch.tensor([1.5, -0.5, 0.0, 2.0], dtype=dtype)
+    m = torch.tensor([1.0, 1.0, 0.0, 1.0], dtype=dtype)
+    r = torch.exp(lp - ref)
+    return [
+        ("importance_ratio", (lp, ref), {}), ("reward_gamma", (adv,), {}), ("sapo_weight", (r,), {}),
+        ("sapo_weight_signed", (r, adv), dict(tau_pos=1.0, tau_neg=1.05)), ("reshape_weight", (r, 0.5), {}),
+        ("reshape_f", (r, 0.5), {}), ("sapo_gate", (r,), {}), ("policy_loss", (lp, ref, adv, m), {}),
+        ("sft_loss", (lp, ref, m), {}),
+    ]
+
+
+@pytest.mark.clause("ISR-DTYPE-1")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("index", range(9))
+def test_outputs_keep_the_input_dtype(isreshape, dtype, index):
+    op, args, kwargs = _isr_dtype_calls(dtype)[index]
+    assert_dtype(getattr(isreshape, op)(*args, **kwargs), dtype, "ISR-DTYPE-1", op)

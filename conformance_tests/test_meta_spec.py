@@ -38,23 +38,41 @@ def test_valid_file_loads(tmp_path):
 
 @pytest.mark.parametrize("clauses, message", [
     ([_clause(), _clause()], "duplicate clause id"),
-    ([_clause(source={"seed": "000_7634b58bbee437f3.txt"})], "source needs"),
+    ([_clause(source={"seed": "000_7634b58bbee437f3.txt"})], "clauses[0].source.section: required field is missing"),
     ([_clause(source={"seed": "nope.txt", "section": "x"})], "not one of the five documents"),
     ([_clause(tolerance="loose")], "unknown tolerance"),
     ([_clause(formula=r"\frac{1}{2")], "unclosed brace"),
     ([_clause(formula="$x$")], "drop the $"),
     ([_clause(formula=r"\left( x")], r"unbalanced \left/\right"),
     ([_clause(id="PPO-X-1")], "must look like SAC-SECTION-N"),
-    ([_clause(level="MAY")], "level must be"),
+    ([_clause(level="MAY")], "clauses[0].level: 'MAY' is not one of"),
+    ([_clause(title=3)], "clauses[0].title: 3 is not of type 'string'"),
     ([_clause(kind="default")], "needs 'value'"),
     ([_clause(kind="default", value={"x": "1.0e9"})], "exponent with a sign"),
     ([_clause(kind="gate")], "gate clause needs"),
-    ([_clause(extra=1)], "unknown field"),
-    ([{k: v for k, v in _clause().items() if k != "statement"}], "missing field"),
+    ([_clause(extra=1)], "clauses[0].extra: unknown field"),
+    ([{k: v for k, v in _clause().items() if k != "statement"}], "clauses[0].statement: required field is missing"),
 ])
 def test_loader_rejects_malformed_clauses(tmp_path, clauses, message):
-    with pytest.raises(SpecError, match=re.escape(message)):
+    with pytest.raises(SpecError, match=re.escape(message)) as err:
         load_spec(_write(tmp_path, clauses))
+    assert re.match(r"sac\.yaml:\d+: ", str(err.value)), f"no file:line in {err.value}"
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    _write(tmp_path, [_clause()])
+    text = (tmp_path / "sac.yaml").read_text(encoding="utf-8").splitlines()
+    text.insert(3, "broken: [1, 2")
+    (tmp_path / "sac.yaml").write_text("\n".join(text), encoding="utf-8")
+    with pytest.raises(SpecError, match=r"^sac\.yaml:\d+: not valid YAML"):
+        load_spec(tmp_path)
+
+
+def test_tolerance_file_is_schema_checked(tmp_path):
+    _write(tmp_path, [_clause()])
+    (tmp_path / "tolerances.yaml").write_text("exact: {}\nidentity:\n  float64: {rtol: 1.0e-9}\n")
+    with pytest.raises(SpecError, match=re.escape("tolerances.yaml:3: identity.float64.atol: required field is missing")):
+        load_spec(tmp_path)
 
 
 def test_checklist_must_name_known_clauses(tmp_path):

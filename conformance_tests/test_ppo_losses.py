@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, finite_difference
+from conformance_tests.harness import (assert_close, assert_dtype, assert_equal, assert_no_grad, assert_rejects,
+                                      assert_that, finite_difference, grad_leaves)
 
 
 # ----------------------------------------------------------------------------- ratio and KL
@@ -62,10 +63,11 @@ def test_k3_kl_golden(ppo):
 
 
 @pytest.mark.clause("PPO-CLIPFRAC-1")
-@given(st_.ratios_and_advantages(), st.floats(0.05, 0.5))
-def test_clip_fraction_is_share_outside_the_clip_range(ppo, ra, eps):
+@given(st_.ratios_and_advantages(), st_.keyword_arguments("ppo.clip_fraction"))
+def test_clip_fraction_is_share_outside_the_clip_range(ppo, ra, kw):
     r, _ = ra
-    assert_close(ppo.clip_fraction(r, clip_eps=eps), np.mean(np.abs(r.numpy() - 1.0) > eps), "PPO-CLIPFRAC-1")
+    eps = kw["clip_eps"]
+    assert_close(ppo.clip_fraction(r, **kw), np.mean(np.abs(r.numpy() - 1.0) > eps), "PPO-CLIPFRAC-1")
 
 
 @pytest.mark.clause("PPO-CLIPFRAC-1")
@@ -81,10 +83,11 @@ def np_clipped_loss(r, a, eps):
 
 
 @pytest.mark.clause("PPO-LOSS-1")
-@given(st_.ratios_and_advantages(), st.floats(0.05, 0.5))
-def test_clipped_policy_loss(ppo, ra, eps):
+@given(st_.ratios_and_advantages(), st_.keyword_arguments("ppo.clipped_policy_loss"))
+def test_clipped_policy_loss(ppo, ra, kw):
     r, a = ra
-    assert_close(ppo.clipped_policy_loss(r, a, clip_eps=eps), np_clipped_loss(r.numpy(), a.numpy(), eps), "PPO-LOSS-1")
+    eps = kw["clip_eps"]
+    assert_close(ppo.clipped_policy_loss(r, a, **kw), np_clipped_loss(r.numpy(), a.numpy(), eps), "PPO-LOSS-1")
 
 
 @pytest.mark.clause("PPO-LOSS-1")
@@ -124,10 +127,11 @@ def test_value_loss_golden(ppo):
 
 
 @pytest.mark.clause("PPO-LOSS-3")
-@given(st.floats(-5, 5), st.floats(0, 5), st.floats(0, 3), st.floats(0, 1), st.floats(0, 0.1))
-def test_total_loss_combines_the_terms(ppo, pl, vl, ent, vf, ec):
+@given(st.floats(-5, 5), st.floats(0, 5), st.floats(0, 3), st_.keyword_arguments("ppo.total_loss"))
+def test_total_loss_combines_the_terms(ppo, pl, vl, ent, kw):
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    assert_close(ppo.total_loss(t(pl), t(vl), t(ent), vf_coef=vf, ent_coef=ec), pl + vf * vl - ec * ent, "PPO-LOSS-3")
+    expected = pl + kw["vf_coef"] * vl - kw["ent_coef"] * ent
+    assert_close(ppo.total_loss(t(pl), t(vl), t(ent), **kw), expected, "PPO-LOSS-3")
 
 
 @pytest.mark.clause("PPO-LOSS-3")
@@ -183,10 +187,12 @@ def test_clip_grad_norm_golden(ppo):
 
 # ----------------------------------------------------------------------------- advantages
 @pytest.mark.clause("PPO-ADV-1")
-@given(st_.advantages())
-def test_advantage_normalisation(ppo, adv):
+@given(st_.advantages(), st_.keyword_arguments("ppo.normalize_advantages"))
+def test_advantage_normalisation(ppo, adv, kw):
     a = adv.numpy()
-    assert_close(ppo.normalize_advantages(adv), (a - a.mean()) / (a.std(ddof=1) + 1e-8), "PPO-ADV-1")
+    z = (a - a.mean()) / (a.std(ddof=1) + kw["eps"])
+    expected = z if kw["clamp"] is None else np.clip(z, -kw["clamp"], kw["clamp"])
+    assert_close(ppo.normalize_advantages(adv, **kw), expected, "PPO-ADV-1")
 
 
 @pytest.mark.clause("PPO-ADV-1")
@@ -216,9 +222,9 @@ def test_advantage_clamp_golden(ppo):
 
 # ----------------------------------------------------------------------------- KL guard, reward scale
 @pytest.mark.clause("PPO-KLSTOP-1")
-@given(st.floats(-0.1, 0.2), st.floats(0.001, 0.05))
-def test_kl_guard_stops_above_twice_the_target(ppo, kl, target):
-    assert_equal(bool(ppo.kl_early_stop(kl, target_kl=target)), kl > 2 * target, "PPO-KLSTOP-1")
+@given(st.floats(-0.1, 0.5), st_.keyword_arguments("ppo.kl_early_stop"))
+def test_kl_guard_stops_above_factor_times_the_target(ppo, kl, kw):
+    assert_equal(bool(ppo.kl_early_stop(kl, **kw)), kl > kw["factor"] * kw["target_kl"], "PPO-KLSTOP-1")
 
 
 @pytest.mark.clause("PPO-KLSTOP-1")
@@ -229,9 +235,9 @@ def test_kl_guard_golden_with_the_document_defaults(ppo, kl, stop):
 
 
 @pytest.mark.clause("PPO-REWARD-1")
-@given(st_.advantages(scale=20.0), st.floats(0.1, 10.0))
-def test_reward_scaling(ppo, r, scale):
-    assert_close(ppo.scale_reward(r, scale=scale), np.clip(r.numpy() / scale, -1, 1), "PPO-REWARD-1")
+@given(st_.advantages(scale=20.0), st_.keyword_arguments("ppo.scale_reward"))
+def test_reward_scaling(ppo, r, kw):
+    assert_close(ppo.scale_reward(r, **kw), np.clip(r.numpy() / kw["scale"], -1, 1), "PPO-REWARD-1")
 
 
 @pytest.mark.clause("PPO-REWARD-1")
@@ -280,3 +286,80 @@ def test_non_positive_grad_norm_is_rejected(ppo):
     p = torch.nn.Parameter(torch.zeros(2))
     p.grad = torch.ones(2)
     assert_rejects("PPO-INPUT-4", ppo.raw("clip_grad_norm"), [p], max_norm=0.0)
+
+
+# ----------------------------------------------------------------------------- PPO-DTYPE-1
+def _ppo_dtype_calls(dtype):
+    """One call of every float-returning operation on inputs of ``dtype``, with a reader of its floats."""
+    z = torch.tensor([[0.5, -1.0, 2.0], [0.1, 0.2, -0.3]], dtype=dtype)
+    mask = torch.tensor([[True, False, True], [True, True, True]])
+    act = torch.tensor([2, 1])
+    old = torch.tensor([-1.1, -0.4, -2.0], dtype=dtype)
+    new = torch.tensor([-1.0, -0.6, -1.5], dtype=dtype)
+    r, a = torch.exp(new - old), torch.tensor([1.0, -2.0, 0.5], dtype=dtype)
+    one = torch.tensor(0.3, dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    return [
+        ("masked_logits", (z, mask), {}, lambda o: o),
+        ("masked_distribution", (z, mask), {}, lambda o: (o.probs, o.log_prob(act), o.entropy())),
+        ("sample_actions", (z, mask), dict(generator=gen), lambda o: o[1]),
+        ("evaluate_actions", (z, mask, act), {}, lambda o: o),
+        ("ratio", (new, old), {}, lambda o: o), ("approx_kl", (old, new), {}, lambda o: o),
+        ("k3_kl", (old, new), {}, lambda o: o), ("clip_fraction", (r,), dict(clip_eps=0.2), lambda o: o),
+        ("clipped_policy_loss", (r, a), dict(clip_eps=0.2), lambda o: o), ("value_loss", (new, old), {}, lambda o: o),
+        ("total_loss", (one, one, new), dict(vf_coef=0.5, ent_coef=0.01), lambda o: o),
+        ("entropy_ratio", (new.abs()[:2], mask), {}, lambda o: o), ("normalize_advantages", (a,), {}, lambda o: o),
+        ("scale_reward", (a,), dict(scale=2.0), lambda o: o),
+        ("local_sample", (z[0], mask[0]), dict(generator=gen), lambda o: o[3]),
+        ("local_log_prob", (z[0], torch.tensor([0, 2]), torch.tensor(1)), {}, lambda o: o),
+        ("log_ratio_excess", (new, old), {}, lambda o: o), ("ratio_std", (r,), {}, lambda o: o),
+    ]
+
+
+@pytest.mark.clause("PPO-DTYPE-1")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("index", range(18))
+def test_outputs_keep_the_input_dtype(ppo, dtype, index):
+    op, args, kwargs, floats = _ppo_dtype_calls(dtype)[index]
+    assert_dtype(floats(getattr(ppo, op)(*args, **kwargs)), dtype, "PPO-DTYPE-1", op)
+
+
+# ----------------------------------------------------------------------------- PPO-GRAD-2
+@pytest.mark.clause("PPO-GRAD-2")
+@given(st_.ratios_and_advantages(), st_.keyword_arguments("ppo.clipped_policy_loss"))
+def test_no_gradient_into_advantage_or_returns(ppo, ra, kw):
+    """Every input a loss treats as given is a requires-grad leaf here; only the live input may get
+    a gradient."""
+    r, a = ra
+    r_live, adv = grad_leaves(r, a)
+    ppo.clipped_policy_loss(r_live, adv, **kw).backward()
+    assert_no_grad("PPO-GRAD-2", "advantage", adv)
+    values, returns = grad_leaves(a, r)
+    ppo.value_loss(values, returns).backward()
+    assert_no_grad("PPO-GRAD-2", "returns", returns)
+    assert_that(values.grad is not None and bool((values.grad != 0).any()) or bool((a == r).all()), "PPO-GRAD-2",
+                values.grad, "a gradient in the values (the live input)")
+
+
+@pytest.mark.clause("PPO-SLO-4")
+@given(st_.logits_and_masks(max_actions=6), st.data())
+def test_entropy_ratio_with_zero_choice_rows(ppo, zm, data):
+    """Rows with one legal action (no choice: log 1 = 0 in the denominator, zero entropy) are aimed
+    at on purpose, up to a batch made only of them (ratio 0, never NaN)."""
+    z, mask = zm
+    mask = mask.clone()
+    for b in data.draw(st.sets(st.integers(0, len(mask) - 1))):  # force some rows down to one legal action
+        keep = int(mask[b].nonzero()[0])
+        mask[b] = False
+        mask[b, keep] = True
+    ent = torch.tensor(-np.where(mask.numpy(), np.exp(_np_lsm(z, mask)) * _np_lsm(z, mask), 0.0).sum(-1))
+    den = np.log(mask.numpy().sum(-1)).sum()
+    expected = ent.numpy().sum() / den if den > 0 else 0.0
+    assert_close(ppo.entropy_ratio(ent, mask), expected, "PPO-SLO-4")
+
+
+def _np_lsm(z, mask):
+    zz = np.where(mask.numpy(), z.numpy(), -np.inf)
+    m = zz.max(-1, keepdims=True)
+    out = zz - m - np.log(np.exp(zz - m).sum(-1, keepdims=True))
+    return np.where(mask.numpy(), out, 0.0)

@@ -13,7 +13,7 @@ from scipy.special import logsumexp
 
 from conformance_tests import oracles
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import assert_low_precision, assert_close, assert_equal, assert_rejects, assert_that
 
 
 def np_masked_log_softmax(z, mask) -> np.ndarray:
@@ -208,6 +208,13 @@ def test_masking_holds_in_low_precision(ppo, dtype, zm, data):
     assert_close(ent, np_masked_entropy(zl.double(), mask), "PPO-MASK-4", dtype=dtype, what="entropy")
     probs = ppo.masked_distribution(zl, mask).probs
     assert_that(torch.isfinite(probs) & (probs[~mask] == 0).all(), "PPO-MASK-4", probs, "finite, no mass on illegal actions")
+    # the gradient too: d sum log pi(a) / d z = onehot(a) - pi on the legal set, 0 on illegal logits
+    x = zl.clone().requires_grad_(True)
+    lp, _ = ppo.evaluate_actions(x, mask, action)
+    (g,) = torch.autograd.grad(lp.sum(), x)
+    pi = np.exp(np_masked_log_softmax(zl.double(), mask))
+    onehot = np.eye(z.shape[1])[action.numpy()]
+    assert_low_precision(g, np.where(mask.numpy(), onehot - pi, 0.0), "PPO-MASK-4", dtype, "d log pi / d logits")
 
 
 @pytest.mark.clause("PPO-MASK-4")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, tolerance
+from conformance_tests.harness import assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that, tolerance
 
 HP = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
 
@@ -250,7 +250,7 @@ class LinearCritic(torch.nn.Module):
 
 
 @pytest.mark.clause("PPO-MAPPO-3")
-@given(st_.mappo_batches(), st.data())
+@given(st_.mappo_batches(wide=False), st.data())
 def test_storage_order_does_not_change_the_update(ppo, case, data):
     batch, _ = case
     n = len(batch["action"])
@@ -283,3 +283,132 @@ def test_incomplete_or_ragged_batches_are_rejected(ppo, case):
         batch["advantage"] = torch.ones(4, dtype=torch.float64)
     assert_rejects("PPO-INPUT-5", ppo.raw("ppo_update"), actor, critic, opt, batch, epochs=1, minibatch_size=3,
                    max_grad_norm=1.0, target_kl=None, **HP)
+
+
+# ----------------------------------------------------------------------------- PPO-UPDATE-4
+class SharedActorCritic:
+    """A small MLP trunk shared by a policy head and a value head; the actor records, at every
+    forward, the rows it sees (by their obs) and a snapshot of every parameter."""
+
+    def __init__(self, d_in: int, n_actions: int, seed: int, hidden: int = 8):
+        g = torch.Generator().manual_seed(seed)
+        self.trunk = torch.nn.Linear(d_in, hidden).double()
+        self.pi = torch.nn.Linear(hidden, n_actions).double()
+        self.v = torch.nn.Linear(hidden, 1).double()
+        with torch.no_grad():
+            for p in self.params():
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+        self.forwards: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
+        outer = self
+
+        class Actor(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.trunk, self.pi = outer.trunk, outer.pi
+
+            def forward(self, obs):
+                outer.forwards.append((obs.detach().clone(), [p.detach().clone() for p in outer.params()]))
+                return self.pi(torch.tanh(self.trunk(obs)))
+
+        class Critic(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.trunk, self.v = outer.trunk, outer.v
+
+            def forward(self, obs):
+                return self.v(torch.tanh(self.trunk(obs))).squeeze(-1)
+
+        self.actor, self.critic = Actor(), Critic()
+
+    def params(self) -> list[torch.nn.Parameter]:
+        return [*self.trunk.parameters(), *self.pi.parameters(), *self.v.parameters()]
+
+
+def plain_minibatch_loss(params, mb, *, clip_eps, vf_coef, ent_coef):
+    """The documented total loss of one minibatch, written out in plain torch on explicit parameters."""
+    w1, b1, w2, b2, w3, b3 = params
+    h = torch.tanh(mb["obs"] @ w1.T + b1)
+    logits = (h @ w2.T + b2).masked_fill(~mb["mask"], float("-inf"))
+    logp = logits - torch.logsumexp(logits, -1, keepdim=True)
+    new = logp.gather(1, mb["action"].view(-1, 1)).squeeze(1)
+    ratio = torch.exp(new - mb["old_log_prob"])
+    adv = mb["advantage"]
+    pl = -torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv).mean()
+    values = (h @ w3.T + b3).squeeze(-1)
+    vl = 0.5 * ((mb["return"] - values) ** 2).mean()
+    legal_logp = torch.where(mb["mask"], logp, torch.zeros_like(logp))  # no -inf * 0 in value or gradient
+    ent = -(logp.exp() * legal_logp).sum(-1).mean()
+    return pl + vf_coef * vl - ent_coef * ent
+
+
+@st.composite
+def shared_update_cases(draw):
+    """A rollout of 8..16 rows for a shared-trunk actor-critic: (batch, net seed, epochs, minibatch size)."""
+    n, a, d = draw(st.integers(8, 16)), draw(st.integers(2, 5)), 3
+    g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    mask = g.random((n, a)) < 0.6
+    mask[np.arange(n), g.integers(0, a, n)] = True
+    action = np.array([g.choice(np.flatnonzero(m)) for m in mask])
+    batch = {"obs": torch.tensor(g.standard_normal((n, d))), "mask": torch.tensor(mask),
+             "action": torch.tensor(action, dtype=torch.int64),
+             "advantage": torch.tensor(g.standard_normal(n) * draw(st.sampled_from([0.5, 2.0]))),
+             "return": torch.tensor(g.standard_normal(n))}
+    mb = draw(st.one_of(st.sampled_from([1, n, n - 1, n // 3 + 1]), st.integers(1, n)))
+    return batch, draw(st.integers(0, 2**16)), draw(st.integers(2, 3)), mb
+
+
+def _rows_of(obs_mb: torch.Tensor, obs: torch.Tensor) -> list[int]:
+    """Indices of the stored rows an actor forward saw (obs rows are distinct by construction)."""
+    return torch.cdist(obs_mb, obs).argmin(-1).tolist()
+
+
+@pytest.mark.clause("PPO-UPDATE-4", "PPO-GRAD-2")
+@given(shared_update_cases())
+def test_every_step_matches_a_plain_loop_with_a_shared_trunk(ppo, case):
+    batch, seed, epochs, mb_size = case
+    net = SharedActorCritic(batch["obs"].shape[1], batch["mask"].shape[1], seed)
+    with torch.no_grad():  # old log-probs of the initial policy, computed here
+        z = net.actor(batch["obs"]).masked_fill(~batch["mask"], float("-inf"))
+        old = (z - torch.logsumexp(z, -1, keepdim=True)).gather(1, batch["action"].view(-1, 1)).squeeze(1)
+    net.forwards.clear()
+    start = [p.detach().clone() for p in net.params()]
+    # the stored statistics are requires-grad leaves: the update must leave them without gradient
+    stored = {"old_log_prob": old.clone().requires_grad_(True), "advantage": batch["advantage"].clone().requires_grad_(True),
+              "return": batch["return"].clone().requires_grad_(True)}
+    opt = torch.optim.Adam(net.params(), lr=0.05)
+    hp = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
+    recs = ppo.ppo_update(net.actor, net.critic, opt, {**batch, **stored}, epochs=epochs, minibatch_size=mb_size,
+                          max_grad_norm=1e9, target_kl=None, generator=torch.Generator().manual_seed(seed), **hp)
+    for name, leaf in stored.items():
+        assert_no_grad("PPO-GRAD-2", f"the stored {name}", leaf)
+
+    n = len(batch["action"])
+    seen = [_rows_of(obs, batch["obs"]) for obs, _ in net.forwards]
+    n_mb = -(-n // mb_size)
+    assert_that(len(seen) == epochs * n_mb and len(recs) == len(seen), "PPO-UPDATE-4", (len(seen), len(recs)),
+                f"{epochs} epochs x {n_mb} minibatches, one forward and one record each")
+    orders = [sum(seen[e * n_mb:(e + 1) * n_mb], []) for e in range(epochs)]
+    sizes = [len(s) for s in seen[:n_mb]]
+    assert_that(sizes == [mb_size] * (n // mb_size) + ([n % mb_size] if n % mb_size else []), "PPO-UPDATE-4",
+                sizes, f"minibatches of {mb_size} rows, the remainder last")
+    for e, order in enumerate(orders):
+        assert_that(sorted(order) == list(range(n)), "PPO-UPDATE-4", order,
+                    f"epoch {e}: every one of the {n} rows exactly once, none dropped")
+    assert_that(any(o != orders[0] for o in orders[1:]) and orders[0] != list(range(n)), "PPO-UPDATE-4", orders,
+                "a fresh shuffle per epoch (not storage order, not one shuffle reused)")
+
+    # the from-scratch loop: same initial parameters, same minibatches, its own Adam steps
+    params = [p.clone().requires_grad_(True) for p in start]
+    own = torch.optim.Adam(params, lr=0.05)
+    fields = {**batch, "old_log_prob": old}
+    for k, rows in enumerate(seen):
+        got = net.forwards[k][1]
+        for i, (pg, pw) in enumerate(zip(got, params)):
+            assert_close(pg, pw.detach().numpy(), "PPO-UPDATE-4", what=f"parameter {i} before step {k}")
+        idx = torch.tensor(rows)
+        mb = {key: v[idx] for key, v in fields.items()}
+        own.zero_grad()
+        plain_minibatch_loss(params, mb, **hp).backward()
+        own.step()
+    for i, (pg, pw) in enumerate(zip(net.params(), params)):
+        assert_close(pg.detach(), pw.detach().numpy(), "PPO-UPDATE-4", what=f"parameter {i} after the update")

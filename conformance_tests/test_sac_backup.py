@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
@@ -23,39 +24,56 @@ def _np_soft_value(p, q1, q2, support, alpha):
     return np.array(out)
 
 
-def _np_top_p_sizes(p, mask, thr):
-    """Brute force: the minimal number of legal actions whose mass reaches thr, per row."""
-    sizes = []
-    for b in range(p.shape[0]):
-        legal = sorted((p[b, a] for a in range(p.shape[1]) if mask[b, a]), reverse=True)
-        total, k = 0.0, 0
-        while k < len(legal) and total < thr:
-            total += legal[k]
-            k += 1
-        sizes.append(k)
-    return sizes
+def _ranked_legal(p_row, m_row):
+    """Legal action ids by decreasing probability, ties by lower id (the SAC-TOPP-1 order)."""
+    legal = np.flatnonzero(m_row)
+    return legal[np.lexsort((legal, -p_row[legal]))]
 
 
-def _assume_clear_of_thresholds(pn, mn, p):
-    """Skip draws where a cumulative legal mass sits within rounding distance of p."""
-    for b in range(pn.shape[0]):
-        cums = np.cumsum(sorted(pn[b][mn[b]], reverse=True))
-        assume(np.all(np.abs(cums - p) > 1e-9))
+def _np_top_p_bounds(p_row, m_row, p, band=0.0):
+    """Brute force of SAC-TOPP-1 for one row: the ranked legal ids and the allowed set sizes (lo, hi).
+    An action is kept iff the mass ranked before it is < p; ``band`` widens that test by the float
+    rounding of rows whose sums are not exact (0 for dyadic rows: one size only)."""
+    ranked = _ranked_legal(p_row, m_row)
+    if p >= 1.0:
+        return ranked, len(ranked), len(ranked)
+    before = np.concatenate([[0.0], np.cumsum(p_row[ranked])[:-1]])  # nondecreasing
+    return ranked, int((before < p - band).sum()), int((before < p + band).sum())
 
 
-def _check_top_p_set(sel, pn, mn, p):
-    """SAC-TOPP-1 against the brute-force oracle: legal, non-empty, mass >= p, minimal, most probable."""
+def _rounding_band(pn):
+    """How far a float64 prefix mass of a row may sit from its exact value."""
+    return pn.shape[-1] * 2.0**-51
+
+
+def _check_top_p_set(sel, pn, mn, p, band=0.0):
+    """SAC-TOPP-1 against the brute force: each row's set is a prefix of its ranked legal actions
+    (legal, most probable, ties by lower id) whose length the rule allows (exact hit of p: kept;
+    next: dropped; p = 1: every legal action); detached."""
+    assert_that(not getattr(sel, "requires_grad", False), "SAC-TOPP-1", sel, "a detached selection")
     sn = np_(sel).astype(bool)
     assert_that(not (sn & ~mn).any(), "SAC-TOPP-1", sel, "a subset of the legal set")
-    assert_that(sn.any(-1).all(), "SAC-TOPP-1", sel, "a non-empty set in every row")
-    mass = np.where(sn, pn, 0).sum(-1)
-    legal_mass = np.where(mn, pn, 0).sum(-1)
-    assert_that(np.all((mass >= p) | np.isclose(mass, legal_mass)), "SAC-TOPP-1", mass.tolist(), f"mass >= p={p}")
-    assert_equal(sn.sum(-1), np.array(_np_top_p_sizes(pn, mn, p)), "SAC-TOPP-1", "set size (minimal)")
     for b in range(pn.shape[0]):
-        if sn[b].any() and (mn[b] & ~sn[b]).any():
-            assert_that(pn[b][sn[b]].min() >= pn[b][mn[b] & ~sn[b]].max(), "SAC-TOPP-1", sel,
-                        "the most probable legal actions")
+        ranked, lo, hi = _np_top_p_bounds(pn[b], mn[b], p, band)
+        k = int(sn[b].sum())
+        assert_that(lo <= k <= hi and bool(sn[b, ranked[:k]].all()), "SAC-TOPP-1",
+                    f"row {b}: {k} actions, ids {np.flatnonzero(sn[b])[:12].tolist()}...",
+                    f"the first {lo}..{hi} legal actions by decreasing pi, ties by lower id (p={p!r})")
+
+
+def _np_top_p_value(pn, q1, q2, mn, alpha, p):
+    """SAC-TOPP-3 oracle per row: brute-force set, renormalise, Σ π_p (min q − α log π_p); also the
+    gradients dV/dπ = (q − α log π_p − V)/Z and dV/dq_min = π_p on the set (0 elsewhere)."""
+    value, d_pi, d_q = np.zeros(pn.shape[0]), np.zeros_like(pn), np.zeros_like(pn)
+    for b in range(pn.shape[0]):
+        ranked, k, _ = _np_top_p_bounds(pn[b], mn[b], p)
+        ids = ranked[:k]
+        z = pn[b, ids].sum()
+        pp, qm = pn[b, ids] / z, np.minimum(q1[b, ids], q2[b, ids])
+        value[b] = float(np.sum(pp * (qm - alpha * np.log(pp))))
+        d_pi[b, ids] = (qm - alpha * np.log(pp) - value[b]) / z
+        d_q[b, ids] = pp
+    return value, d_pi, d_q
 
 
 @st.composite
@@ -92,14 +110,22 @@ def test_soft_value_golden(sac):
 def test_top_p_is_the_smallest_legal_set_reaching_p(sac, pm, p):
     probs, mask = pm
     pn, mn = np_(probs), np_(mask)
-    _assume_clear_of_thresholds(pn, mn, p)
-    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p)
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p, band=_rounding_band(pn))
+
+
+@pytest.mark.clause("SAC-TOPP-1")
+@given(st.one_of(st_.top_p_cases(), st_.top_p_cases(float32_rows=True)))
+def test_top_p_boundaries_exact_hits_ties_and_degenerate_rows(sac, case):
+    """Rows with exact float64 sums (dyadic, or float32 softmax rows) and p on a cumulative mass,
+    just off it, 1, or anywhere; flat, peaked, tied (> 256 ties on wide rows), one-legal and short
+    rows, mixed in one batch, up to 6144 actions."""
+    probs, mask, p = case
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), np_(probs).astype(np.float64), np_(mask), p)
 
 
 @st.composite
 def vocabulary_policies(draw):
-    """Peaked rows over a 600-character vocabulary (Zipf-like, as a trained policy): the regime in
-    which an implementation may sort only the leading candidates."""
+    """Peaked rows over a 600-character vocabulary (Zipf-like, as a trained policy)."""
     B, A = draw(st.integers(1, 4)), 600
     seed = draw(st.integers(0, 2**31 - 1))
     g = np.random.default_rng(seed)
@@ -117,8 +143,7 @@ def vocabulary_policies(draw):
 def test_top_p_over_a_large_vocabulary(sac, pm, p):
     probs, mask = pm
     pn, mn = np_(probs), np_(mask)
-    _assume_clear_of_thresholds(pn, mn, p)
-    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p)
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p, band=_rounding_band(pn))
 
 
 @pytest.mark.clause("SAC-TOPP-1")
@@ -132,12 +157,49 @@ def test_top_p_golden_and_detached(sac):
 
 
 @pytest.mark.clause("SAC-TOPP-1")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("p, expected", [
+    (0.75, [True, True, False, False]),   # 0.5 + 0.25 hits 0.75 exactly: kept; the next is not
+    (0.5, [True, False, False, False]),   # the first action alone hits p exactly
+    (0.875, [True, True, True, False]),   # the tie (0.125, 0.125) at the boundary: lower id first
+    (1.0, [True, True, True, True]),
+])
+def test_top_p_exact_hit_and_tie_golden(sac, dtype, p, expected):
+    probs = torch.tensor([[0.5, 0.25, 0.125, 0.125]], dtype=dtype)
+    assert_equal(sac.top_p_select(probs, torch.ones(1, 4, dtype=torch.bool), p=p), [expected], "SAC-TOPP-1")
+
+
+@pytest.mark.clause("SAC-TOPP-1")
+def test_top_p_ties_by_lower_id_beyond_256_candidates(sac):
+    # 399 equal actions of 1/512 behind one of 1/8 (+ tail): p = 0.5 needs 192 of the tied ones,
+    # and the rule takes the 192 lowest ids among them
+    probs = torch.full((1, 1000), 1e-8, dtype=torch.float64)
+    tied = torch.arange(300, 699)
+    probs[0, tied] = 1 / 512
+    probs[0, 7] = 1 / 8
+    sel = sac.top_p_select(probs, torch.ones(1, 1000, dtype=torch.bool), p=0.5)
+    expected = torch.zeros(1, 1000, dtype=torch.bool)
+    expected[0, 7] = True
+    expected[0, tied[:192]] = True  # 1/8 + 192/512 = 0.5 exactly
+    assert_equal(sel, expected, "SAC-TOPP-1")
+
+
+@pytest.mark.clause("SAC-TOPP-1")
 def test_top_p_ignores_illegal_mass(sac):
     # the illegal action holds most raw probability: selecting before masking would pick it
     probs = torch.tensor([[0.7, 0.2, 0.1]], dtype=torch.float64)
     mask = torch.tensor([[False, True, True]])
     sel = sac.top_p_select(probs, mask, p=0.15)
     assert_equal(sel, [[False, True, False]], "SAC-TOPP-1")
+
+
+@pytest.mark.clause("SAC-TOPP-1")
+def test_top_p_one_legal_action_and_p_one_on_clipped_rows(sac):
+    mask = torch.tensor([[False, True, False], [True, True, True]])
+    # row 2: the clip lifts the last action to ε, so 0.5 + 0.5 reaches 1 before it; p = 1 keeps it
+    probs = torch.tensor([[1e-8, 1.0, 1e-8], [0.5, 0.5, 1e-8]], dtype=torch.float64)
+    assert_equal(sac.top_p_select(probs, mask, p=1.0), mask, "SAC-TOPP-1")
+    assert_equal(sac.top_p_select(probs, mask, p=0.01), [[False, True, False], [True, False, False]], "SAC-TOPP-1")
 
 
 @pytest.mark.clause("SAC-INPUT-3")
@@ -166,34 +228,52 @@ def test_top_p_probs_golden(sac):
     assert_close(sac.top_p_probs(probs, sel), [[0.6 / 0.85, 0.25 / 0.85, 0.0, 0.0]], "SAC-TOPP-2")
 
 
+def _value_scale(q1, q2, alpha, width):
+    """The natural size of a soft value: tolerances are relative to it, not to a value near 0."""
+    return float(np.maximum(np.abs(np_(q1)), np.abs(np_(q2))).max()) + alpha * math.log(width + 1) + 1.0
+
+
 @pytest.mark.clause("SAC-TOPP-3")
-@given(backups(max_actions=8), st.floats(0.3, 0.99))
-def test_top_p_soft_value_matches_loop(sac, case, p):
-    probs, q1, q2, mask, alpha = case
-    pn, mn = np_(probs), np_(mask)
-    _assume_clear_of_thresholds(pn, mn, p)
+@given(st.one_of(st_.top_p_backups(), st_.top_p_backups(float32_rows=True)))
+def test_top_p_soft_value_and_gradient_match_the_loop(sac, case):
+    """Value and gradient on the boundary rows of SAC-TOPP-1 (exact hits, ties, one legal action,
+    flat / peaked / mixed batches up to 6144 actions, |Q| up to 1e4), float32 and float64."""
+    probs, q1, q2, mask, alpha, p = case
+    probs, q1, q2 = (t.clone().requires_grad_(True) for t in (probs, q1, q2))
     got = sac.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=p)
-    # oracle: brute-force selection, renormalise, then the soft sum with log π_p
-    sizes = _np_top_p_sizes(pn, mn, p)
-    expected = []
-    for b in range(pn.shape[0]):
-        order = sorted((a for a in range(pn.shape[1]) if mn[b, a]), key=lambda a: -pn[b, a])[: sizes[b]]
-        z = sum(pn[b, a] for a in order)
-        expected.append(sum(pn[b, a] / z * (min(np_(q1)[b, a], np_(q2)[b, a]) - alpha * math.log(pn[b, a] / z))
-                            for a in order))
-    assert_close(got, np.array(expected), "SAC-TOPP-3")
+    pn, q1n, q2n = (np_(t).astype(np.float64) for t in (probs, q1, q2))
+    value, d_pi, d_q = _np_top_p_value(pn, q1n, q2n, np_(mask), alpha, p)
+    scale = _value_scale(q1, q2, alpha, pn.shape[-1])
+    assert_close(got.detach() / scale, value / scale, "SAC-TOPP-3", what="value / scale")
+    got.sum().backward()
+    assert_close(probs.grad / scale, d_pi / scale, "SAC-TOPP-3", approx="gradient", what="dV/dpi / scale")
+    # min(q1, q2) may split a tie between the critics, but the two gradients add up to π_p
+    assert_close(q1.grad + q2.grad, d_q, "SAC-TOPP-3", approx="gradient", what="dV/dq1 + dV/dq2")
+    g1, g2 = np_(q1.grad), np_(q2.grad)
+    assert_that(not ((g1 != 0) & (q1n > q2n)).any() and not ((g2 != 0) & (q2n > q1n)).any(),
+                "SAC-TOPP-3", "gradient on the larger critic", "gradient only through the twin-Q minimum")
 
 
 @pytest.mark.clause("SAC-TOPP-3")
 @given(backups())
 def test_top_p_soft_value_at_p_one_is_the_exact_value_of_the_legal_policy(sac, case):
+    # ε-clipped legal entries push the legal mass past 1: p = 1 must still sum over every legal action
     probs, q1, q2, mask, alpha = case
     pn, mn = np_(probs), np_(mask)
-    # a legal probability clipped up to ε can push the mass past 1 before the last action; keep clear of that
-    assume(np.all(np.where(mn, pn, 1.0) > 1e-6))
     renorm = np.where(mn, pn, 0.0) / np.where(mn, pn, 0.0).sum(-1, keepdims=True)
     expected = _np_soft_value(np.where(mn, renorm, 1.0), np_(q1), np_(q2), mn, alpha)
     assert_close(sac.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=1.0), expected, "SAC-TOPP-3")
+
+
+@pytest.mark.clause("SAC-TOPP-3")
+def test_top_p_soft_value_at_p_one_keeps_the_clipped_tail_golden(sac):
+    # legal mass 1 + 1e-8: 0.5 + 0.5 reaches 1 before the clipped action, whose Q = 1e3 still counts
+    probs = torch.tensor([[0.5, 0.5, 1e-8]], dtype=torch.float64)
+    q = torch.tensor([[1.0, 2.0, 1e3]], dtype=torch.float64)
+    z = 1.0 + 1e-8
+    expected = sum(pi / z * (qa - 0.3 * math.log(pi / z)) for pi, qa in ((0.5, 1.0), (0.5, 2.0), (1e-8, 1e3)))
+    got = sac.top_p_soft_value(probs, q, q, torch.ones(1, 3, dtype=torch.bool), alpha=0.3, p=1.0)
+    assert_close(got, [expected], "SAC-TOPP-3")
 
 
 @pytest.mark.clause("SAC-TOPP-3")
@@ -205,6 +285,61 @@ def test_top_p_soft_value_golden(sac):
     a, b = 12 / 17, 5 / 17
     expected = a * (1 - 0.5 * math.log(a)) + b * (2 - 0.5 * math.log(b))
     assert_close(sac.top_p_soft_value(probs, q, q + 1, mask, alpha=0.5, p=0.8), [expected], "SAC-TOPP-3")
+
+
+@pytest.mark.clause("SAC-TOPP-3")
+def test_top_p_soft_value_tie_golden_beyond_256_candidates(sac):
+    # 1/8 at id 7 (Q = 0) and 399 tied actions of 1/512 whose Q rises with the id; p = 0.5 keeps id 7
+    # and the 192 lowest tied ids (Z = 1/2): π_p = 1/4 and 1/256 each, V = Σ π_p q − α Σ π_p log π_p
+    probs = torch.full((1, 1000), 1e-8, dtype=torch.float64)
+    tied = torch.arange(300, 699)
+    probs[0, tied] = 1 / 512
+    probs[0, 7] = 1 / 8
+    q = torch.zeros(1, 1000, dtype=torch.float64)
+    q[0, tied] = (tied - 300).double() / 100
+    alpha = 0.1
+    mean_q = sum(j / 100 for j in range(192)) / 256
+    entropy = -(0.25 * math.log(0.25) + 0.75 * math.log(1 / 256))
+    got = sac.top_p_soft_value(probs, q, q + 1, torch.ones(1, 1000, dtype=torch.bool), alpha=alpha, p=0.5)
+    assert_close(got, [mean_q + alpha * entropy], "SAC-TOPP-3")
+
+
+@pytest.mark.clause("SAC-TOPP-3")
+def test_top_p_soft_value_of_one_legal_action_is_its_q_minimum(sac):
+    probs = torch.tensor([[1e-8, 1.0, 1e-8]], dtype=torch.float32)
+    q1 = torch.tensor([[5.0, -1234.5, 7.0]])
+    mask = torch.tensor([[False, True, False]])
+    for p in (0.3, 1.0):
+        assert_close(sac.top_p_soft_value(probs, q1, q1 + 3, mask, alpha=0.7, p=p), [-1234.5], "SAC-TOPP-3")
+
+
+# ----------------------------------------------------------------------------- the reference's fast path
+def _differential_rows():
+    """Tie-heavy and wide dyadic rows with boundary p, and float32 softmax rows (values >= 2^-27,
+    so float64 sums are exact too) at the default p."""
+    return st.one_of(st_.top_p_backups(), st_.top_p_backups(kinds=("tied", "flat"), widths=(300, 6000, 6144)),
+                     st_.top_p_backups(float32_rows=True))
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-TOPP-1", "SAC-TOPP-3")
+@given(_differential_rows())
+def test_reference_threshold_path_equals_the_sorted_formula(case):
+    """Differential: the radix-threshold path selects exactly the set of the plain sort + cumsum
+    formula (kept in the module as its oracle), and the expanded value matches the plain one."""
+    from reference_impl.sac import backup
+
+    probs, q1, q2, mask, alpha, p = case
+    sorted_sel = backup.top_p_select(probs, mask, p=p, method="sorted")
+    plain = backup.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=p, method="sorted")
+    scale = _value_scale(q1, q2, alpha, probs.shape[-1])
+    # the fast path also runs one row at a time, as it does on a big batch
+    for chunk_bytes in (backup._CHUNK_BYTES, 1):
+        with mock.patch.object(backup, "_CHUNK_BYTES", chunk_bytes):
+            fast = backup.top_p_select(probs, mask, p=p, method="threshold")
+            got = backup.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=p)
+        assert_equal(fast, sorted_sel, "SAC-TOPP-1", "fast == sorted")
+        assert_close(got / scale, plain / scale, "SAC-TOPP-3", what="expanded == plain value / scale")
 
 
 # ----------------------------------------------------------------------------- TD target

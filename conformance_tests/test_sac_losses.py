@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_that, finite_difference
+from conformance_tests.harness import (assert_close, assert_dtype, assert_equal, assert_no_grad, assert_that,
+                                      finite_difference, grad_leaves)
 from conformance_tests.oracles import huber, masked_softmax, np_
 
 EPS = 1e-8
@@ -31,10 +32,11 @@ def _np_policy_loss(p, qmin, support, alpha):
 # ----------------------------------------------------------------------------- critic
 @pytest.mark.clause("SAC-CRITIC-1")
 @given(st.integers(1, 32).flatmap(lambda n: st.tuples(*(st_.tensors((n,), lo=-5, hi=5) for _ in range(3)))),
-       st.floats(0.1, 3.0))
-def test_critic_loss_is_mean_of_summed_huber(sac, case, delta):
+       st_.keyword_arguments("sac.critic_loss"))
+def test_critic_loss_is_mean_of_summed_huber(sac, case, kw):
     q1, q2, y = case
-    got = sac.critic_loss(q1, q2, y, delta=delta)
+    delta = kw["delta"]
+    got = sac.critic_loss(q1, q2, y, **kw)
     expected = np.mean(huber(np_(q1) - np_(y), delta) + huber(np_(q2) - np_(y), delta))
     assert_close(got, expected, "SAC-CRITIC-1")
 
@@ -231,13 +233,15 @@ def bc_batches(draw):
     logits = draw(st_.logits((B, A), scale=5.0))
     logp = torch.log_softmax(logits, -1)
     actions = torch.tensor(draw(st.lists(st.integers(0, A - 1), min_size=B, max_size=B)))
-    is_demo = torch.tensor(draw(st.lists(st.booleans(), min_size=B, max_size=B)))
-    return logp, actions, is_demo
+    kind = draw(st.sampled_from(["mixed", "none", "all"]))  # an empty demo set and an all-demo batch on purpose
+    flags = {"none": [False] * B, "all": [True] * B}.get(kind) or draw(st.lists(st.booleans(), min_size=B, max_size=B))
+    return logp, actions, torch.tensor(flags)
 
 
 @pytest.mark.clause("SAC-BC-1")
-@given(bc_batches(), st.floats(0.0, 1.0))
-def test_bc_loss_is_mean_nll_over_demo_rows_only(sac, batch, lam):
+@given(bc_batches(), st_.keyword_arguments("sac.bc_loss"))
+def test_bc_loss_is_mean_nll_over_demo_rows_only(sac, batch, kw):
+    lam = kw["lam"]
     logp, actions, is_demo = batch
     got = sac.bc_loss(logp, actions, is_demo, lam=lam)
     ln, an, dn = np_(logp), actions.numpy(), is_demo.numpy()
@@ -258,3 +262,78 @@ def test_bc_loss_golden(sac):
     assert_close(sac.bc_loss(logp, actions, is_demo, lam=0.1), 0.1 * (math.log(2) - math.log(0.75)) / 2, "SAC-BC-1")
     none = sac.bc_loss(logp, actions, torch.zeros(3, dtype=torch.bool), lam=0.1)
     assert_equal(float(none), 0.0, "SAC-BC-1", "a batch with no demo rows")
+
+
+# ----------------------------------------------------------------------------- gradient isolation
+@st.composite
+def loss_inputs(draw):
+    """A policy case with Q magnitudes up to 1e3, actions, demo flags and a TD target."""
+    z, mask = draw(st_.logits_and_masks(scale=draw(st.sampled_from([5.0, 1e3])), max_actions=8))
+    scale = draw(st.sampled_from([5.0, 1e3]))
+    q1, q2 = (draw(st_.q_values(tuple(z.shape), scale=scale)) for _ in range(2))
+    B = z.shape[0]
+    actions = torch.tensor([draw(st.sampled_from(np.flatnonzero(mask[b].numpy()).tolist())) for b in range(B)])
+    is_demo = torch.tensor(draw(st.lists(st.booleans(), min_size=B, max_size=B)))
+    y = draw(st_.tensors((B,), lo=-scale, hi=scale))
+    return _probs_from_logits(z, mask), mask, q1, q2, actions, is_demo, y, draw(st.floats(0.01, 2.0))
+
+
+@pytest.mark.clause("SAC-CRITIC-1", "SAC-CRITIC-2", "SAC-POL-1", "SAC-POL-2", "SAC-POL-3", "SAC-TEMP-2")
+@given(loss_inputs(), st_.keyword_arguments("sac.critic_loss"), st.floats(0.3, 1.0))
+def test_no_gradient_into_the_inputs_a_loss_treats_as_constants(sac, case, kw, p):
+    """TD targets, the critics' Q inside the policy losses and the entropies inside the temperature
+    loss are requires-grad leaves; each loss must leave them without gradient."""
+    probs, mask, q1, q2, actions, is_demo, y, alpha = case
+    q1g, q2g, yg = grad_leaves(q1, q2, y)
+    sac.critic_loss(q1g.gather(1, actions.view(-1, 1)).squeeze(1), q2g.gather(1, actions.view(-1, 1)).squeeze(1),
+                    yg, **kw).backward()
+    assert_no_grad("SAC-CRITIC-1", "the TD target y", yg)
+    q1g, q2g, yg = grad_leaves(q1, q2, y)
+    sac.critic_loss_total(q1g, q2g, actions, yg, legal_mask=mask, delta=kw["delta"]).backward()
+    assert_no_grad("SAC-CRITIC-2", "the TD target y", yg)
+    for clause, op, extra in (("SAC-POL-1", "policy_loss", {}), ("SAC-POL-2", "policy_loss_top_p", {"p": p})):
+        pg, q1g, q2g = grad_leaves(probs, q1, q2)
+        getattr(sac, op)(pg, q1g, q2g, mask, alpha=alpha, **extra).backward()
+        assert_no_grad(clause, "the critics' Q (the policy step must not train the critic)", q1g, q2g)
+    pg, q1g, q2g = grad_leaves(probs, q1, q2)
+    sac.policy_loss_total(pg, q1g, q2g, mask, actions, is_demo, alpha=alpha).backward()
+    assert_no_grad("SAC-POL-3", "the critics' Q", q1g, q2g)
+    h, ht = grad_leaves(y.abs(), y.abs().flip(0))
+    log_alpha = torch.tensor(math.log(alpha), dtype=torch.float64, requires_grad=True)
+    sac.temperature_loss(log_alpha, h, ht).backward()
+    assert_no_grad("SAC-TEMP-2", "the entropy and its target (the alpha step must not move the policy)", h, ht)
+
+
+# ----------------------------------------------------------------------------- SAC-DTYPE-1
+def _sac_dtype_calls(dtype):
+    """One call of every float-returning operation on floating inputs of ``dtype``."""
+    z = torch.tensor([[0.5, -1.0, 2.0], [0.1, 0.2, -0.3]], dtype=dtype)
+    mask = torch.tensor([[True, False, True], [True, True, True]])
+    probs = torch.softmax(z.masked_fill(~mask, -1e9), -1).clamp_min(1e-8)
+    q1, q2 = z * 2.0, z - 1.0
+    act, demo = torch.tensor([2, 1]), torch.tensor([True, False])
+    v = torch.tensor([0.5, -0.25], dtype=dtype)
+    la = torch.tensor(-1.0, dtype=dtype)
+    return [
+        ("masked_softmax", (z, mask), {}),
+        ("entropy", (probs, mask), {}), ("soft_value", (probs, q1, q2, mask), dict(alpha=0.2)),
+        ("top_p_probs", (probs, mask), {}), ("top_p_soft_value", (probs, q1, q2, mask), dict(alpha=0.2, p=0.9)),
+        ("td_target", (v, torch.tensor([False, True]), v), dict(gamma=0.99)), ("critic_loss", (v, v * 2, v + 1), {}),
+        ("policy_loss", (probs, q1, q2, mask), dict(alpha=0.2)),
+        ("policy_loss_top_p", (probs, q1, q2, mask), dict(alpha=0.2, p=0.9)),
+        ("temperature_update", (la, v.abs(), v.abs() + 1), dict(lr=1e-3)), ("temperature_loss", (la, v.abs(), v), {}),
+        ("cql_penalty", (q1, act), {}), ("bc_loss", (torch.log(probs), act, demo), {}),
+        ("soft_update", (v, v + 1), dict(tau=0.005)), ("ema_update", (v, v + 1), dict(m=0.99)),
+        ("popart_step", (v, v.abs() + 1, v * 3), {}), ("shaped_reward", (v, v, v, torch.tensor([False, True])),
+                                                         dict(gamma=0.99)),
+        ("critic_loss_total", (q1, q2, act, v), dict(legal_mask=mask)),
+        ("policy_loss_total", (probs, q1, q2, mask, act, demo), dict(alpha=0.2)),
+    ]
+
+
+@pytest.mark.clause("SAC-DTYPE-1")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("index", range(19))
+def test_outputs_keep_the_input_dtype(sac, dtype, index):
+    op, args, kwargs = _sac_dtype_calls(dtype)[index]
+    assert_dtype(getattr(sac, op)(*args, **kwargs), dtype, "SAC-DTYPE-1", op)

@@ -101,8 +101,7 @@ def test_teacher_writes_the_reference_next_character(corpus):
 
 TINY = ["--set", "vocab_size=400", "--set", "max_lines=1500", "--set", "env.n_envs=8", "--set", "env.horizon=6",
         "--set", "batch_size=16", "--set", "learning_starts=8", "--set", "eval_positions=64",
-        "--set", "eval_passages=4", "--set", "eval_len=8", "--set", "eval_every=1", "--set", "ckpt_every=1",
-        "--set", "top_p_candidates=32"]
+        "--set", "eval_passages=4", "--set", "eval_len=8", "--set", "eval_every=1", "--set", "ckpt_every=1"]
 KEYS = {"update", "critic_loss", "policy_loss", "alpha", "entropy", "target_entropy", "top_p_coverage",
         "illegal_rate", "early_termination_rate", "coverage", "top1_hit", "top3_hit", "bigram_hit_rate",
         "teacher_ratio", "relabel_rate", "popart_cov_mu", "popart_cov_sigma", "popart_nce_mu", "popart_nce_sigma"}

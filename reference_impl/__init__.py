@@ -20,4 +20,6 @@ def make() -> types.SimpleNamespace:
     for fam in contract.FAMILIES:
         if importlib.util.find_spec(f"reference_impl.{fam}") and contract.available(fam):
             fams[fam] = family_namespace(importlib.import_module(f"reference_impl.{fam}"), fam)
-    return types.SimpleNamespace(name="rlconform-reference", version=__version__, **fams)
+    # errors_name_clauses: every bad-input error names the clause it enforces (the INPUT clauses check it)
+    return types.SimpleNamespace(name="rlconform-reference", version=__version__,
+                                 capabilities={"errors_name_clauses": True}, **fams)

@@ -6,7 +6,13 @@ An implementation is any object with one attribute per family (``impl.sac``, ``i
 the typed Protocols in this package (one module per family); the docs site renders them.
 
 An operation an implementation leaves out is *not applicable*: its clauses are reported apart,
-never failed. A family left out entirely is not applicable as a whole.
+never failed. A family left out entirely is not applicable as a whole. An operation that handles
+some inputs but not others (a dtype, masks) raises :class:`conformance_tests.NotApplicable` for the
+ones it does not claim: that example is discarded, and a test left with none is not applicable.
+
+The implementation may declare ``capabilities``, a dict. ``errors_name_clauses: True`` says its
+bad-input errors name the clause they enforce (the reference does); without it, an INPUT clause
+passes on any exception that rejects the bad input and fails only when the input passes silently.
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 Shapes: N trajectories of one prompt (a group), B trajectories in a batch, T steps. Counts may be
 integer or float tensors; scores and advantages are float tensors (float64 unless the inputs are
-another float dtype). Hyper-parameters are keyword-only. Bad input raises an exception whose
-message names the clause (``CCAPO-INPUT-*``).
+another float dtype: floating results keep the inputs' floating dtype, CCAPO-DTYPE-1).
+Hyper-parameters are keyword-only. Bad input raises an exception whose message names the clause
+(``CCAPO-INPUT-*``).
 
 STDB state is plain data, so a third party can build it from any store::
 

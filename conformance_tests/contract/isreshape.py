@@ -56,5 +56,10 @@ class IsReshapeOps(Protocol):
     def defaults(self) -> dict:
         """The defaults table as a dict (keys as in spec clauses ISR-DEFAULT-*)."""
 
+    def sft_metrics(self, log_prob: Tensor, ref_log_prob: Tensor, response_mask: Tensor, *, tau: float = 1.0,
+                    gamma_sft: float = 0.2, log_ratio_clamp: float = 20.0) -> dict[str, float]:
+        """[T] each -> {gamma: γ_sft, weight_mean: Σ w_{γ_sft}(r)·m / Σm, ratio_mean: Σ r·m / Σm}, r the
+        clamped ratio; an empty mask raises (ISR-METRIC-4, ISR-INPUT-1)."""
+
 
 CONTRACT = IsReshapeOps

@@ -3,6 +3,7 @@
 Masks are bool tensors, True = legal; actions are int64 indices into the last axis; log-probs are
 natural logs in the logits' dtype. Hyper-parameters are keyword-only. Bad input raises an exception
 whose message names the clause (``PPO-INPUT-*``, ``PPO-MASK-3``, ``PPO-REMAP-2``, ``PPO-MAPPO-1``).
+Floating results keep the floating dtype of the inputs (PPO-DTYPE-1).
 An adapter may provide any subset: a missing operation makes its clauses *not applicable*.
 """
 from __future__ import annotations
@@ -49,10 +50,11 @@ class PpoOps(Protocol):
         """[B] -> scalar in [0, 1]: share of rows with |r − 1| > clip_eps."""
 
     def clipped_policy_loss(self, ratio: Tensor, advantage: Tensor, *, clip_eps: float) -> Tensor:
-        """[B], [B] -> scalar: −mean(min(r·A, clip(r, 1−ε, 1+ε)·A)). clip_eps outside (0, 1) raises."""
+        """[B], [B] -> scalar: −mean(min(r·A, clip(r, 1−ε, 1+ε)·A)); no gradient reaches ``advantage``
+        (PPO-GRAD-2). clip_eps outside (0, 1) raises."""
 
     def value_loss(self, values: Tensor, returns: Tensor) -> Tensor:
-        """[B], [B] -> scalar: 0.5·mean((returns − values)²)."""
+        """[B], [B] -> scalar: 0.5·mean((returns − values)²); no gradient reaches ``returns`` (PPO-GRAD-2)."""
 
     def total_loss(self, policy_loss: Tensor, value_loss: Tensor, entropy: Tensor, *, vf_coef: float,
                    ent_coef: float) -> Tensor:
@@ -111,12 +113,28 @@ class PpoOps(Protocol):
         shuffled into minibatches of ``minibatch_size``; each replays the stored action under the
         stored mask against the cached old log-prob (detached), takes mean losses, clips each
         network's gradient norm at ``max_grad_norm`` and steps. When approx_kl > 2·target_kl the
-        update stops before stepping on that minibatch. Returns one dict per minibatch with float
+        update stops before stepping on that minibatch. The stored old_log_prob, advantage and return
+        receive no gradient (PPO-GRAD-2); each epoch is a fresh shuffle that uses every row exactly
+        once, the remainder as a last smaller minibatch, with gradients zeroed before each step
+        (PPO-UPDATE-4). Returns one dict per minibatch with float
         values for loss, policy_loss, value_loss, entropy, approx_kl, k3_kl, clip_fraction,
         ratio_mean, ratio_std, log_prob_min and int epoch, minibatch, bool early_stop."""
 
     def defaults(self) -> dict:
         """The document's numbers as a dict (keys as in spec clauses PPO-DEFAULT-*)."""
+
+    # ------------------------------------------------------------------ §7 self-test and §11 trend
+    def log_ratio_excess(self, new_log_prob: Tensor, old_log_prob: Tensor, *, threshold: float = 2.0) -> Tensor:
+        """[B], [B] -> scalar in [0, 1]: share of rows with new − old > threshold (strictly), in the
+        log-probs' dtype (PPO-SELFTEST-1)."""
+
+    def ratio_std(self, ratio: Tensor) -> Tensor:
+        """[B] -> scalar: Bessel-corrected sample std of the ratios (torch's ``.std()``), 0 for one row
+        (PPO-RATIO-2)."""
+
+    def entropy_trend(self, entropy: Tensor) -> dict:
+        """[U] per-update entropies (U >= 2) -> {slope, intercept (floats) of the least-squares line
+        H_u ≈ intercept + slope·u, decreasing: slope < 0, slow: −slope·(U−1) < intercept} (PPO-SLO-6)."""
 
 
 CONTRACT = PpoOps

@@ -2,20 +2,23 @@
 
 Probabilities are what :meth:`SacOps.masked_softmax` returns (ε-clipped, so illegal entries hold ε);
 masks are bool tensors, True = legal. Hyper-parameters are keyword-only. Bad input raises an
-exception whose message names the clause (``SAC-INPUT-*``).
+exception whose message names the clause (``SAC-INPUT-*``). Floating results keep the floating dtype
+of the inputs (SAC-DTYPE-1).
 """
 from __future__ import annotations
 
 from typing import Collection, Protocol
 
+import torch
 from torch import Tensor
 
 
 class SacOps(Protocol):
     def masked_softmax(self, logits: Tensor, legal_mask: Tensor, *, eps: float = 1e-8) -> Tensor:
-        """[B,A] float logits, [B,A] bool mask -> [B,A] probabilities: shift by the row max, fill
-        illegal logits with -1e9 (the dtype's most negative finite value where -1e9 does not fit),
-        softmax, clamp to >= eps. NaN/inf logits or a row with no legal action raise."""
+        """[B,A] float logits, [B,A] bool mask -> [B,A] probabilities: shift by the max over the legal
+        logits, fill illegal logits with -1e9 (the dtype's most negative finite value where -1e9 does
+        not fit), softmax, clamp to >= eps as given (raised only to the dtype's smallest normal where
+        eps would round to 0). NaN/inf logits or a row with no legal action raise."""
 
     def legal_set(self, compliance: Tensor, *, eos_index: int, fallback: Tensor, min_legal: int = 3) -> Tensor:
         """[B,V] bool compliance -> [B,V] bool legal set: compliance ∪ {eos}; a row with fewer than
@@ -62,8 +65,10 @@ class SacOps(Protocol):
     def temperature_loss(self, log_alpha: Tensor, entropy: Tensor, target_entropy: Tensor) -> Tensor:
         """scalar -> scalar J whose gradient in log α is mean(H − H_tgt) (descent raises α on a deficit)."""
 
-    def cql_penalty(self, q_all: Tensor, actions: Tensor, *, lam: float = 0.5) -> Tensor:
-        """[B,A] Q of one critic, [B] long actions -> scalar λ(mean logsumexp_a Q − mean Q(o,a_B))."""
+    def cql_penalty(self, q_all: Tensor, actions: Tensor, *, lam: float = 0.5, legal_mask: Tensor | None = None) -> Tensor:
+        """[B,A] Q of one critic, [B] long actions, optional [B,A] bool legal mask -> scalar
+        λ(mean over rows of logsumexp of Q over the legal set − mean Q(o,a_B)); legal_mask=None means
+        every action is legal. A row with no legal action raises (SAC-CQL-1, SAC-INPUT-2)."""
 
     def bc_loss(self, log_probs: Tensor, actions: Tensor, is_demo: Tensor, *, lam: float = 0.1) -> Tensor:
         """[B,A] log π, [B] long, [B] bool -> scalar λ·mean over demo rows of −log π(a*|o) (0 if none)."""
@@ -112,6 +117,43 @@ class SacOps(Protocol):
 
     def defaults(self) -> dict:
         """The defaults table as a dict (keys as in spec clauses SAC-DEFAULT-*)."""
+
+    # ------------------------------------------------------------------ totals and the update step
+    def critic_loss_total(self, q1_all: Tensor, q2_all: Tensor, actions: Tensor, target: Tensor, *,
+                          legal_mask: Tensor | None = None, delta: float = 1.0, lam_cql: float = 0.5,
+                          use_cql: bool = True) -> Tensor:
+        """[B,A] Q of each online critic, [B] long actions, [B] target y, optional [B,A] bool legal mask
+        -> scalar: mean Huber_δ(Q_1(o,a)−y) + Huber_δ(Q_2(o,a)−y), plus (use_cql) one CQL term per
+        critic, log-sum-exp over the legal set; no gradient into y (SAC-CRITIC-2)."""
+
+    def policy_loss_total(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, actions: Tensor,
+                          is_demo: Tensor, *, alpha: float, lam_bc: float = 0.1, p: float | None = None) -> Tensor:
+        """[B,A] ε-clipped probs, [B,A] Q each, [B,A] bool, [B] long, [B] bool -> scalar L_π + L_BC:
+        option A (p=None) or option B (Top-p mass p), plus λ_BC·mean over demo rows of −log π(a*|o)
+        with the full masked π (SAC-POL-3)."""
+
+    def init_target(self, critic: "torch.nn.Module") -> "torch.nn.Module":
+        """nn.Module returning (Q1 [B,A], Q2 [B,A]) -> a module of the same structure whose parameters
+        equal the online ones, share no storage with them and do not require grad (SAC-TARGET-2)."""
+
+    def update_step(self, policy: "torch.nn.Module", critic: "torch.nn.Module", target: "torch.nn.Module",
+                    log_alpha: Tensor, optimizers: dict, batch: dict, *, gamma: float = 0.995,
+                    top_p: float = 0.98, kappa: float = 0.9, tau: float = 0.005, lambda_bc: float = 0.1,
+                    lambda_cql: float = 0.5, use_cql: bool = True, policy_use_topp: bool = False,
+                    huber_delta: float = 1.0, grad_clip: float = 0.5, alpha_min: float = 1e-4,
+                    alpha_max: float = 2.0) -> dict:
+        """One update in place. ``policy(obs) -> [B,A]`` logits; ``critic``/``target(obs) -> (Q1, Q2)``
+        [B,A] each; ``log_alpha`` scalar leaf tensor; ``optimizers`` {"q", "pi", "alpha"} over the
+        critic, policy and [log_alpha]. ``batch``: obs, action [B] long, reward [B], next_obs, done [B]
+        bool, is_demo [B] bool, legal_mask and next_legal_mask [B,A] bool. Order (SAC-STEP-1): Top-p
+        TD target under no_grad, critic step on critic_loss_total; policy step on policy_loss_total
+        against the updated critics; temperature step (temperature_loss on the entropy of the
+        pre-step policy, then the α clamp); soft target update. Each network step clips its global
+        gradient norm at grad_clip (SAC-GRAD-1). Returns float diagnostics."""
+
+    def nce_queue_push(self, queue: Tensor, keys: Tensor, *, capacity: int) -> Tensor:
+        """[K,d] queued negatives, [n,d] new keys -> [min(K+n, capacity), d]: first in, first out (the
+        oldest rows leave first, newest last), detached (SAC-NCE-4)."""
 
 
 CONTRACT = SacOps

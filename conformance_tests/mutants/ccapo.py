@@ -131,3 +131,29 @@ def unseen_anchor_not_zero(ref):
         return r_micro - v_bar
 
     return override(ref, "ccapo", micro_raw_advantage=micro_raw_advantage)
+
+
+# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+@mutant("CCAPO-PPO-1", doc="Keyword not forwarded: the objective always uses beta_kl = 0.04 and clip_eps = 0.2.",
+        source="a trainer config whose KL coefficient never reaches the loss")
+def objective_ignores_keywords(ref):
+    base = ref.ccapo.policy_loss
+
+    def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps=0.2, beta_kl=0.04):
+        return base(logp_new, logp_old, logp_ref, advantages, mask)
+
+    return override(ref, "ccapo", policy_loss=policy_loss)
+
+
+@mutant("CCAPO-PPO-2", doc="The KL term is taken against a reference log-prob left in the graph: gradient "
+        "reaches logp_ref.", source="a reference model run without torch.no_grad()")
+def kl_gradient_into_reference(ref):
+    base = ref.ccapo.policy_loss
+
+    def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps=0.2, beta_kl=0.04):
+        out = base(logp_new, logp_old, logp_ref, advantages, mask, clip_eps=clip_eps, beta_kl=beta_kl)
+        m = mask.to(logp_ref.dtype)
+        leak = ((logp_ref - logp_ref.detach()) * m).sum()  # zero in value, but not in gradient
+        return {**out, "loss": out["loss"] + leak}
+
+    return override(ref, "ccapo", policy_loss=policy_loss)

@@ -74,3 +74,53 @@ def unclamped_ratio(ref):
         return torch.exp(log_prob - ref_log_prob)
 
     return override(ref, "isreshape", importance_ratio=importance_ratio)
+
+
+# ----------------------------------------------------------------------------- seed-gap clauses (issue 9)
+@mutant("ISR-METRIC-4", doc="SFT weight_mean averaged over every token, padding included (mask ignored).")
+def sft_metrics_ignore_mask(ref):
+    def sft_metrics(log_prob, ref_log_prob, response_mask, *, tau=1.0, gamma_sft=0.2, log_ratio_clamp=20.0):
+        return ref.isreshape.sft_metrics(log_prob, ref_log_prob, torch.ones_like(response_mask), tau=tau,
+                                         gamma_sft=gamma_sft, log_ratio_clamp=log_ratio_clamp)
+
+    return override(ref, "isreshape", sft_metrics=sft_metrics)
+
+
+# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+@mutant("ISR-LOSS-1", "ISR-LOSS-2", doc="Keyword not forwarded: the policy loss drops log_ratio_clamp and "
+        "mask_eps on the way down and always uses the defaults 20 and 1e-8.",
+        source="a wrapper that forwards **only** the keywords it knows")
+def loss_ignores_clamp_and_mask_eps(ref):
+    base = ref.isreshape.policy_loss
+
+    def policy_loss(log_prob, ref_log_prob, advantages, response_mask, *, log_ratio_clamp=20.0, mask_eps=1e-8, **kw):
+        return base(log_prob, ref_log_prob, advantages, response_mask, **kw)
+
+    return override(ref, "isreshape", policy_loss=policy_loss)
+
+
+@mutant("ISR-DTYPE-1", "ISR-W-1", doc="The weight is computed and returned in float32 whatever the input dtype.",
+        source="a hard-coded .float() in a mixed-precision code path")
+def weight_downcast_to_float32(ref):
+    base = ref.isreshape.reshape_weight
+
+    def reshape_weight(ratio, gamma, *, tau=1.0):
+        g = gamma.float() if isinstance(gamma, torch.Tensor) else gamma
+        return base(ratio.float(), g, tau=tau)
+
+    return override(ref, "isreshape", reshape_weight=reshape_weight)
+
+
+@mutant("ISR-STAB-1", doc="In half precision the loss falls back to the document's constant: finite, but with "
+        "zero gradient (and the wrong value).", source="seed 003 §9 under a low-precision autocast")
+def half_precision_constant_loss(ref):
+    from reference_impl.isreshape.losses import document_policy_loss
+
+    base = ref.isreshape.policy_loss
+
+    def policy_loss(log_prob, *args, **kw):
+        if log_prob.dtype in (torch.float16, torch.bfloat16):
+            return document_policy_loss(log_prob, *args, **kw)
+        return base(log_prob, *args, **kw)
+
+    return override(ref, "isreshape", policy_loss=policy_loss)

@@ -184,3 +184,106 @@ def per_column_order_check(ref):
     return override(ref, "ppo", check_alignment=check_alignment)
 
 
+
+
+# ----------------------------------------------------------------------------- seed-gap clauses (issue 9)
+@mutant("PPO-SELFTEST-1", doc="Self-test share counts |new - old| > 2, so drops are counted as jumps.")
+def jump_share_uses_absolute_difference(ref):
+    def log_ratio_excess(new_log_prob, old_log_prob, *, threshold=2.0):
+        return ((new_log_prob - old_log_prob).abs() > threshold).to(new_log_prob.dtype).mean()
+
+    return override(ref, "ppo", log_ratio_excess=log_ratio_excess)
+
+
+@mutant("PPO-RATIO-2", doc="ratio.std as the population std (divides by B, not B - 1).")
+def ratio_std_population(ref):
+    def ratio_std(ratio):
+        return ratio.std(correction=0) if ratio.numel() > 1 else ratio.new_zeros(())
+
+    return override(ref, "ppo", ratio_std=ratio_std)
+
+
+@mutant("PPO-SLO-6", doc="Entropy trend read from the first and last values only (noise decides the slope).")
+def entropy_trend_endpoints(ref):
+    def entropy_trend(entropy):
+        h = entropy.detach().double()
+        slope = float(h[-1] - h[0]) / (h.numel() - 1)
+        a = float(h[0])
+        return {"slope": slope, "intercept": a, "decreasing": slope < 0, "slow": -slope * (h.numel() - 1) < a}
+
+    return override(ref, "ppo", entropy_trend=entropy_trend)
+
+
+# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+@mutant("PPO-DTYPE-1", "PPO-RATIO-1", doc="The ratio is computed in float32 whatever the log-probs' dtype.",
+        source="a .float() before exp in a mixed-precision trainer")
+def ratio_in_float32(ref):
+    def ratio(new_log_prob, old_log_prob):
+        return torch.exp(new_log_prob.float() - old_log_prob.detach().float())
+
+    return override(ref, "ppo", ratio=ratio)
+
+
+@mutant("PPO-GRAD-2", doc="The clipped policy loss keeps the advantage in the graph: the policy loss trains "
+        "whatever computed the advantages (the critic).", source="GAE computed outside torch.no_grad()")
+def policy_loss_grad_into_advantage(ref):
+    def clipped_policy_loss(ratio, advantage, *, clip_eps):
+        clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantage
+        return -torch.min(ratio * advantage, clipped).mean()
+
+    return override(ref, "ppo", clipped_policy_loss=clipped_policy_loss)
+
+
+@mutant("PPO-ADV-1", doc="Keyword not forwarded: advantage normalisation always uses eps = 1e-8 and no clamp.",
+        source="a config field that never reaches the function")
+def normalize_ignores_keywords(ref):
+    base = ref.ppo.normalize_advantages
+
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        return base(advantage)
+
+    return override(ref, "ppo", normalize_advantages=normalize_advantages)
+
+
+class _NoZeroGrad:
+    """An optimiser whose zero_grad does nothing: gradients pile up from step to step."""
+
+    def __init__(self, opt):
+        self._opt = opt
+
+    def zero_grad(self, *a, **k):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self._opt, name)
+
+
+@mutant("PPO-UPDATE-4", doc="The update loop never zeroes the gradients: each step applies the sum of every "
+        "earlier minibatch's gradient (invisible at step 1).", source="a zero_grad() moved outside the epoch loop")
+def update_accumulates_gradients(ref):
+    base = ref.ppo.ppo_update
+
+    def ppo_update(actor, critic, optimizer, batch, **kw):
+        return base(actor, critic, _NoZeroGrad(optimizer), batch, **kw)
+
+    return override(ref, "ppo", ppo_update=ppo_update)
+
+
+@mutant("PPO-UPDATE-4", doc="One shuffle reused for every epoch (the generator is re-seeded per epoch).",
+        source="torch.manual_seed(seed) inside the epoch loop")
+def update_reuses_one_shuffle(ref):
+    base = ref.ppo.ppo_update
+
+    def ppo_update(actor, critic, optimizer, batch, *, epochs, generator=None, **kw):
+        state = (generator or torch.Generator()).get_state()
+        records = []
+        for e in range(epochs):
+            g = torch.Generator()
+            g.set_state(state)
+            recs = base(actor, critic, optimizer, batch, epochs=1, generator=g, **kw)
+            records += [{**r, "epoch": e} for r in recs]
+            if recs and recs[-1]["early_stop"]:
+                break
+        return records
+
+    return override(ref, "ppo", ppo_update=ppo_update)

@@ -160,3 +160,159 @@ def shaping_without_gamma(ref):
         return reward + (1.0 - done.to(reward.dtype)) * phi_next - phi_s
 
     return override(ref, "sac", shaped_reward=shaped_reward)
+
+
+# ----------------------------------------------------------------------------- seed-gap clauses (issue 9)
+@mutant("SAC-CQL-1", doc="CQL log-sum-exp over every action, illegal ones included (the legal mask is ignored).",
+        source="000 §8 logsumexp_q(phi, o) read literally")
+def cql_over_all_actions(ref):
+    def cql_penalty(q_all, actions, *, lam=0.5, legal_mask=None):
+        return ref.sac.cql_penalty(q_all, actions, lam=lam)
+
+    return override(ref, "sac", cql_penalty=cql_penalty)
+
+
+@mutant("SAC-CRITIC-2", doc="Total critic loss with the CQL term of the first critic only.")
+def cql_on_one_critic(ref):
+    def critic_loss_total(q1_all, q2_all, actions, target, *, legal_mask=None, delta=1.0, lam_cql=0.5, use_cql=True):
+        base = ref.sac.critic_loss_total(q1_all, q2_all, actions, target, legal_mask=legal_mask, delta=delta,
+                                         use_cql=False)
+        return base + (ref.sac.cql_penalty(q1_all, actions, lam=lam_cql, legal_mask=legal_mask) if use_cql else 0.0)
+
+    return override(ref, "sac", critic_loss_total=critic_loss_total)
+
+
+@mutant("SAC-POL-3", doc="Total policy loss without the BC term (L_pi alone).")
+def policy_total_without_bc(ref):
+    def policy_loss_total(probs, q1, q2, legal_mask, actions, is_demo, *, alpha, lam_bc=0.1, p=None):
+        return ref.sac.policy_loss_total(probs, q1, q2, legal_mask, actions, is_demo, alpha=alpha, lam_bc=0.0, p=p)
+
+    return override(ref, "sac", policy_loss_total=policy_loss_total)
+
+
+@mutant("SAC-STEP-1", doc="Policy step before the critic step: the policy learns against the stale critics.")
+def policy_step_before_critic_step(ref):
+    from reference_impl.sac.step import make_update_step
+
+    return override(ref, "sac", update_step=make_update_step(("policy", "critic", "temperature", "target")))
+
+
+@mutant("SAC-STEP-1", doc="Target critics soft-updated before the critic step (and its TD target).")
+def target_update_first(ref):
+    from reference_impl.sac.step import make_update_step
+
+    return override(ref, "sac", update_step=make_update_step(("target", "critic", "policy", "temperature")))
+
+
+@mutant("SAC-GRAD-1", doc="No gradient clipping (the 0.5 bound ignored).")
+def no_gradient_clipping(ref):
+    def update_step(*args, grad_clip=0.5, **kw):
+        return ref.sac.update_step(*args, grad_clip=float("inf"), **kw)
+
+    return override(ref, "sac", update_step=update_step)
+
+
+@mutant("SAC-TARGET-2", doc="Target critics freshly initialised instead of copied from the online critics.")
+def target_not_copied(ref):
+    def init_target(critic):
+        target = ref.sac.init_target(critic)
+        with torch.no_grad():
+            for p in target.parameters():
+                p.add_(torch.randn_like(p))
+        return target
+
+    return override(ref, "sac", init_target=init_target)
+
+
+@mutant("SAC-NCE-4", doc="Negative queue that keeps the oldest keys and drops the new ones once full.")
+def queue_keeps_oldest(ref):
+    def nce_queue_push(queue, keys, *, capacity):
+        return torch.cat([queue.detach(), keys.detach().to(queue.dtype)], 0)[:capacity]
+
+    return override(ref, "sac", nce_queue_push=nce_queue_push)
+
+
+# ----------------------------------------------------------------------------- Top-p boundary rules (issue 9)
+def _ranked_select(probs, legal_mask, p, *, higher_id_first=False, keep=lambda before, upto, p: before < p):
+    """A plain Top-p selection with the rule's knobs exposed: tie order and the keep test."""
+    flip = (lambda t: t.flip(-1)) if higher_id_first else (lambda t: t)
+    pi, legal = flip(torch.where(legal_mask, probs.detach(), torch.zeros_like(probs)).double()), flip(legal_mask)
+    ranked, order = torch.sort(pi, dim=-1, descending=True, stable=True)
+    upto = torch.cumsum(ranked, dim=-1)
+    before = torch.cat([torch.zeros_like(upto[..., :1]), upto[..., :-1]], dim=-1)
+    kept = keep(before, upto, p) & torch.gather(legal, -1, order)
+    return flip(torch.zeros_like(legal).scatter(-1, order, kept))
+
+
+def _override_top_p(ref, select):
+    """Replace the Top-p selection, and the Top-p soft value built on it."""
+    def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p):
+        sel = select(probs, legal_mask, p=p)
+        return ref.sac.soft_value(ref.sac.top_p_probs(probs, sel), q1, q2, sel, alpha=alpha)
+
+    return override(ref, "sac", top_p_select=select, top_p_soft_value=top_p_soft_value)
+
+
+@mutant("SAC-TOPP-1", "SAC-TOPP-3", doc="Keeps an action while the mass before it is <= p: on an exact hit of p "
+        "the next action joins the set (not minimal).")
+def top_p_keeps_past_exact_hit(ref):
+    return _override_top_p(ref, lambda probs, legal_mask, *, p: _ranked_select(
+        probs, legal_mask, p, keep=lambda before, upto, p: (before <= p) if p < 1 else before < 2.0))
+
+
+@mutant("SAC-TOPP-1", "SAC-TOPP-3", doc="Keeps an action only while the mass including it is below p: the action "
+        "that reaches p is dropped (a set short of p, empty when one action holds p).")
+def top_p_drops_the_action_reaching_p(ref):
+    return _override_top_p(ref, lambda probs, legal_mask, *, p: _ranked_select(
+        probs, legal_mask, p, keep=lambda before, upto, p: upto < p))
+
+
+@mutant("SAC-TOPP-1", "SAC-TOPP-3", doc="Ties at the Top-p boundary broken by higher action id first.")
+def top_p_ties_by_higher_id(ref):
+    return _override_top_p(ref, lambda probs, legal_mask, *, p: _ranked_select(
+        probs, legal_mask, p, higher_id_first=True))
+
+
+@mutant("SAC-TOPP-1", "SAC-TOPP-3", doc="p = 1 read literally on clipped rows: once the ε-clipped legal mass reaches "
+        "1 the remaining legal actions are dropped instead of keeping the whole legal set.")
+def top_p_one_drops_clipped_tail(ref):
+    return _override_top_p(ref, lambda probs, legal_mask, *, p: _ranked_select(probs, legal_mask, p))
+
+
+@mutant("SAC-TOPP-1", doc="A 256-candidate fast path (the old reference's): torch.topk picks the "
+        "candidates, so among tied actions at the cut it may keep higher ids than the lower-id rule.")
+def top_p_fast_path_without_tie_rule(ref):
+    def select(probs, legal_mask, *, p, candidates=256):
+        pi = torch.where(legal_mask, probs.detach(), torch.zeros_like(probs))
+        if p < 1.0 and pi.shape[-1] > candidates:
+            top = pi.topk(candidates, dim=-1)
+            if bool((top.values[..., :-1].sum(-1) >= p).all()):
+                idx = top.indices.sort(dim=-1).values
+                sub = ref.sac.top_p_select(pi.gather(-1, idx), legal_mask.gather(-1, idx), p=p)
+                return torch.zeros_like(legal_mask).scatter(-1, idx, sub)
+        return ref.sac.top_p_select(probs, legal_mask, p=p)
+
+    return _override_top_p(ref, select)
+
+
+# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+@mutant("SAC-MASK-2", doc="Keyword not forwarded: the masked softmax always clips at the default 1e-8, "
+        "whatever eps the caller passes.", source="the reference's own floor max(eps, 1e-8), before issue 9")
+def softmax_ignores_eps(ref):
+    base = ref.sac.masked_softmax
+
+    def masked_softmax(logits, legal_mask, *, eps=1e-8):
+        return base(logits, legal_mask)
+
+    return override(ref, "sac", masked_softmax=masked_softmax)
+
+
+@mutant("SAC-DTYPE-1", "SAC-CRITIC-1", doc="The critic loss is reduced in float32 whatever the Q dtype.",
+        source="a Huber loss from a float32-only fused kernel")
+def critic_loss_in_float32(ref):
+    base = ref.sac.critic_loss
+
+    def critic_loss(q1_taken, q2_taken, target, *, delta=1.0):
+        return base(q1_taken.float(), q2_taken.float(), target.float(), delta=delta)
+
+    return override(ref, "sac", critic_loss=critic_loss)

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 __all__ = [
     "ccapo_edge_counts", "ccapo_global_counts", "ccapo_trajectories", "ccapo_streams",
     "ccapo_return_groups", "ccapo_fingerprint_seqs", "ccapo_step_batches", "ccapo_alfworld_commands",
-    "ccapo_gui_taps", "ccapo_logp_batches",
+    "ccapo_gui_taps", "ccapo_logp_batches", "ccapo_gui_actions", "ccapo_gui_moves", "ALFWORLD_GRAMMAR",
+    "GUI_TARGETED", "GUI_DIRECTIONS",
 ]
 
 _LOCS = ("kitchen", "hall", "bedroom")
@@ -31,12 +32,20 @@ def ccapo_global_counts(draw, *, max_count: int = 500):
     return draw(st.integers(0, tot)), tot
 
 
+# Keys that collide under a naive store key: "kit" + "chenGOTO(a)" == "kitchen" + "GOTO(a)" when the
+# parts are concatenated, a separator inside a part, case and trailing-space twins, non-ASCII.
+_TRICKY_LOCS = ("kit", "kitchen", "Kitchen", "kitchen ", "a|b", "a", "厨房")
+_TRICKY_FPS = ("GOTO(a)", "chenGOTO(a)", "GOTO(a|b)", "b|GOTO(a)", "TAKE(key)", "take(key)", "<START>x")
+
+
 @st.composite
 def ccapo_trajectories(draw, *, max_len: int = 8):
-    """A finished trajectory over a tiny vocabulary (so edges repeat), anchors chained as in §5.2.1."""
+    """A finished trajectory over a tiny vocabulary (so edges repeat), anchors chained as in §5.2.1.
+    Some draw from keys that collide when their parts are concatenated or case-folded."""
     T = draw(st.integers(1, max_len))
-    locs = draw(st.lists(st.sampled_from(_LOCS), min_size=T, max_size=T))
-    fps = draw(st.lists(st.sampled_from(_FPS), min_size=T, max_size=T))
+    tricky = draw(st.integers(0, 2)) == 0
+    locs = draw(st.lists(st.sampled_from(_TRICKY_LOCS if tricky else _LOCS), min_size=T, max_size=T))
+    fps = draw(st.lists(st.sampled_from(_TRICKY_FPS if tricky else _FPS), min_size=T, max_size=T))
     anchors = [(loc, "<START>" if t == 0 else fps[t - 1]) for t, loc in enumerate(locs)]
     return {"anchors": anchors, "fingerprints": fps, "success": draw(st.booleans())}
 
@@ -53,8 +62,10 @@ def ccapo_return_groups(*, max_groups: int = 4, max_n: int = 8):
         G, N = draw(st.integers(1, max_groups)), draw(st.integers(1, max_n))
         succ = draw(st.lists(st.booleans(), min_size=G * N, max_size=G * N))
         steps = draw(st.lists(st.integers(1, 50), min_size=G * N, max_size=G * N))
-        r = [10.0 * s - 0.1 * k for s, k in zip(succ, steps)]
-        return torch.tensor(r, dtype=torch.float64).reshape(G, N)
+        r = torch.tensor([10.0 * s - 0.1 * k for s, k in zip(succ, steps)], dtype=torch.float64).reshape(G, N)
+        for g in draw(st.sets(st.integers(0, G - 1), max_size=G)):  # all-equal groups, on purpose
+            r[g] = r[g, 0]
+        return r
     return build()
 
 
@@ -75,21 +86,75 @@ def ccapo_step_batches(draw, *, max_b: int = 5, max_t: int = 8, scale: float = 2
     return torch.tensor(vals, dtype=torch.float64).reshape(B, T), torch.tensor(valid).reshape(B, T)
 
 
-_ALF = st.sampled_from([
-    ("put {o} {i} in {r} {j}", "PUT({o}, {r})"), ("take {o} {i} from {r} {j}", "TAKE({o}, {r})"),
-    ("go to {r} {j}", "GOTO({r})"), ("open {r} {j}", "OPEN({r})"),
-    ("heat {o} {i} with {r} {j}", "HEAT({o}, {r})"), ("examine {o} {i}", "EXAMINE({o})"),
-])
+# Every command of the ALFWorld grammar, as the game prints it (admissible commands), with its
+# fingerprint: verb upper-cased ("go to" -> GOTO), instance numbers and prepositions dropped.
+ALFWORLD_GRAMMAR = (
+    ("go to {r} {j}", "GOTO({r})"), ("take {o} {i} from {r} {j}", "TAKE({o}, {r})"),
+    ("put {o} {i} in/on {r} {j}", "PUT({o}, {r})"), ("put {o} {i} in {r} {j}", "PUT({o}, {r})"),
+    ("put {o} {i} on {r} {j}", "PUT({o}, {r})"), ("open {r} {j}", "OPEN({r})"), ("close {r} {j}", "CLOSE({r})"),
+    ("toggle {o} {i}", "TOGGLE({o})"), ("clean {o} {i} with {r} {j}", "CLEAN({o}, {r})"),
+    ("heat {o} {i} with {r} {j}", "HEAT({o}, {r})"), ("cool {o} {i} with {r} {j}", "COOL({o}, {r})"),
+    ("slice {o} {i} with {k} {j}", "SLICE({o}, {k})"), ("examine {o} {i}", "EXAMINE({o})"),
+    ("examine {r} {j}", "EXAMINE({r})"), ("use {o} {i}", "USE({o})"), ("look", "LOOK()"),
+    ("inventory", "INVENTORY()"),
+)
+_ALF = st.sampled_from(ALFWORLD_GRAMMAR)
 
 
 @st.composite
 def ccapo_alfworld_commands(draw):
-    """(command, expected fingerprint) with random object types and instance numbers."""
+    """(command, expected fingerprint): any command of the grammar, random object types and instance
+    numbers (1..99, the same number on both sides included)."""
     tpl, fp = draw(_ALF)
-    o = draw(st.sampled_from(["apple", "mug", "knife", "egg"]))
-    r = draw(st.sampled_from(["fridge", "countertop", "microwave", "cabinet"]))
+    o = draw(st.sampled_from(["apple", "mug", "egg", "desklamp", "creditcard", "soapbottle"]))
+    r = draw(st.sampled_from(["fridge", "countertop", "microwave", "cabinet", "sinkbasin", "drawer"]))
+    k = draw(st.sampled_from(["knife", "butterknife"]))
     i, j = draw(st.integers(1, 99)), draw(st.integers(1, 99))
-    return tpl.format(o=o, r=r, i=i, j=j), fp.format(o=o, r=r)
+    return tpl.format(o=o, r=r, k=k, i=i, j=j), fp.format(o=o, r=r, k=k)
+
+
+# The GUI domain's action forms: targeted verbs name an element (its id resolved through labels),
+# the others carry coordinates and possibly a direction.
+GUI_TARGETED = ("tap", "long_press", "type")
+GUI_DIRECTIONS = ("up", "down", "left", "right")
+
+
+def _gui_text(verb: str, eid: str, g) -> str:
+    x, y, x2, y2 = (int(v) for v in g.integers(0, 3000, 4))
+    if verb == "tap":
+        return f'tap(x={x}, y={y}, id="{eid}")'
+    if verb == "long_press":
+        return f'long_press(x={x}, y={y}, id="{eid}", duration={int(g.integers(300, 2000))})'
+    if verb == "type":
+        return f'type(text="{"".join(g.choice(list("abc xyz123"), int(g.integers(0, 12))))}", id="{eid}")'
+    raise ValueError(verb)
+
+
+@st.composite
+def ccapo_gui_actions(draw):
+    """(verb, two action texts that differ only in coordinates, ids and typed text, labels, label) for
+    every targeted GUI verb: tap, long-press and type."""
+    verb = draw(st.sampled_from(GUI_TARGETED))
+    label = draw(st.sampled_from(["Submit", "Cancel", "Search", "Next", "Email"]))
+    ids = draw(st.lists(st.from_regex(r"[a-z]{2,4}_[a-z0-9]{1,5}", fullmatch=True), min_size=2, max_size=2))
+    g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    labels = {ids[0]: label, ids[1]: label, "other_id": "Back"}
+    return verb, _gui_text(verb, ids[0], g), _gui_text(verb, ids[1], g), labels, label
+
+
+@st.composite
+def ccapo_gui_moves(draw):
+    """(verb, direction, two swipe/scroll texts in that direction with different coordinates)."""
+    verb, d = draw(st.sampled_from(["swipe", "scroll"])), draw(st.sampled_from(GUI_DIRECTIONS))
+    g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def text():
+        x1, y1, x2, y2 = (int(v) for v in g.integers(0, 3000, 4))
+        if verb == "swipe":
+            return f'swipe(x1={x1}, y1={y1}, x2={x2}, y2={y2}, direction="{d}")'
+        return f'scroll(x={x1}, y={y1}, direction="{d}")'
+
+    return verb, d, text(), text()
 
 
 @st.composite

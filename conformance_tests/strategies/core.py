@@ -8,7 +8,7 @@ from hypothesis.extra import numpy as hnp
 
 __all__ = [
     "batch_shapes", "logits", "legal_masks", "logits_and_masks", "policies", "q_values",
-    "unit_interval", "open_unit_interval", "tensors",
+    "unit_interval", "open_unit_interval", "tensors", "keyword_arguments", "KEYWORD_RANGES",
 ]
 
 _FINITE = dict(allow_nan=False, allow_infinity=False)
@@ -75,3 +75,82 @@ def unit_interval(*, lo: float = 1e-3, hi: float = 1.0):
 
 def open_unit_interval(*, lo: float = 1e-3, hi: float = 0.999):
     return st.floats(lo, hi, **_FINITE)
+
+
+# ----------------------------------------------------------------------------- keyword hyper-parameters
+def _f(lo: float, hi: float, *edges: float):
+    """A float in [lo, hi], with the named edges (and the ends) drawn on purpose."""
+    return st.one_of(st.sampled_from(sorted({lo, hi, *edges})), st.floats(lo, hi, **_FINITE))
+
+
+_CLIP_EPS = _f(0.01, 0.95, 0.1, 0.2, 0.3)
+_TAU = _f(0.1, 4.0, 1.0)
+_GAMMA = _f(0.0, 1.0, 0.5)
+_LOG_RATIO_CLAMP = _f(0.5, 30.0, 2.0, 20.0)
+_MASK_EPS = _f(0.0, 1e-2, 1e-8, 1e-4)
+
+# Every keyword hyper-parameter of every contract operation that takes one, with its valid range (the
+# contract's docstrings and the INPUT clauses). A test draws them all, so no formula is checked at
+# its defaults only and an implementation that ignores a keyword is caught.
+KEYWORD_RANGES: dict[str, dict] = {
+    # ppo
+    "ppo.clip_fraction": {"clip_eps": _CLIP_EPS},
+    "ppo.clipped_policy_loss": {"clip_eps": _CLIP_EPS},
+    "ppo.total_loss": {"vf_coef": _f(0.0, 2.0, 0.5), "ent_coef": _f(0.0, 0.2, 0.01)},
+    "ppo.normalize_advantages": {"eps": _f(0.0, 1.0, 1e-8), "clamp": st.one_of(st.none(), _f(0.1, 10.0, 5.0))},
+    "ppo.kl_early_stop": {"target_kl": _f(1e-3, 0.2, 0.015), "factor": _f(0.5, 4.0, 1.0, 2.0)},
+    "ppo.scale_reward": {"scale": _f(0.01, 100.0, 1.0)},
+    "ppo.log_ratio_excess": {"threshold": _f(0.0, 5.0, 2.0)},
+    # isreshape
+    "isreshape.importance_ratio": {"log_ratio_clamp": _LOG_RATIO_CLAMP},
+    "isreshape.reward_gamma": {"beta": _f(0.0, 4.0, 1.0), "gamma_min": _GAMMA, "gamma_max": _GAMMA},
+    "isreshape.sapo_weight": {"tau": _TAU},
+    "isreshape.sapo_gate": {"tau": _TAU},
+    "isreshape.reshape_weight": {"tau": _TAU},
+    "isreshape.reshape_f": {"tau": _TAU},
+    "isreshape.policy_loss": {"tau": _TAU, "beta": _f(0.0, 4.0, 1.0), "gamma_min": _GAMMA, "gamma_max": _GAMMA,
+                              "log_ratio_clamp": _LOG_RATIO_CLAMP, "mask_eps": _MASK_EPS},
+    "isreshape.sft_loss": {"tau": _TAU, "gamma_sft": _GAMMA, "log_ratio_clamp": _LOG_RATIO_CLAMP,
+                           "mask_eps": _MASK_EPS},
+    "isreshape.loss_metrics": {"tau": _TAU, "beta": _f(0.0, 4.0, 1.0), "gamma_min": _GAMMA, "gamma_max": _GAMMA,
+                               "log_ratio_clamp": _LOG_RATIO_CLAMP},
+    "isreshape.sft_metrics": {"tau": _TAU, "gamma_sft": _GAMMA, "log_ratio_clamp": _LOG_RATIO_CLAMP},
+    # ccapo
+    "ccapo.importance": {"alpha_smooth": _f(0.05, 5.0, 1.0)},
+    "ccapo.criticality": {"eps": _f(1e-12, 1e-3, 1e-8)},
+    "ccapo.distance_decay": {"distance_exponent": _f(0.0, 3.0, 0.5)},
+    "ccapo.q_stdb": {"lam": _f(0.0, 5.0, 1.0)},
+    "ccapo.score_steps": {"alpha_smooth": _f(0.05, 5.0, 1.0), "distance_exponent": _f(0.0, 3.0, 0.5),
+                          "lam": _f(0.0, 5.0, 1.0), "eps": _f(1e-12, 1e-3, 1e-8)},
+    "ccapo.macro_return": {"r_terminal": _f(0.0, 100.0, 10.0), "r_penalty": _f(-1.0, 0.0, -0.1)},
+    "ccapo.macro_advantage": {"eps": _f(1e-12, 1e-3, 1e-8)},
+    "ccapo.micro_advantage": {"sigma_min": _f(1e-3, 2.0, 0.1)},
+    "ccapo.fuse_advantages": {"beta": _f(0.0, 2.0, 0.5)},
+    "ccapo.policy_loss": {"clip_eps": _CLIP_EPS, "beta_kl": _f(0.0, 1.0, 0.04)},
+    # sac
+    "sac.masked_softmax": {"eps": _f(1e-12, 1e-4, 1e-8)},
+    "sac.target_entropy": {"kappa": _f(0.05, 1.0, 0.9)},
+    "sac.critic_loss": {"delta": _f(0.05, 10.0, 1.0)},
+    "sac.cql_penalty": {"lam": _f(0.0, 2.0, 0.5)},
+    "sac.bc_loss": {"lam": _f(0.0, 2.0, 0.1)},
+    "sac.soft_update": {"tau": _f(0.0, 1.0, 0.005)},
+    "sac.ema_update": {"m": _f(0.0, 1.0, 0.99)},
+    "sac.popart_step": {"beta": _f(1e-4, 0.5, 1e-3), "eps": _f(1e-12, 1e-4, 1e-8)},
+    "sac.info_nce": {"tau": _f(0.02, 2.0, 0.07)},
+    "sac.td_target": {"gamma": _f(0.01, 0.999, 0.995)},
+    "sac.shaped_reward": {"gamma": _f(0.01, 0.999, 0.995)},
+}
+
+# Keyword pairs with an order between them (low, high): drawn independently, then sorted.
+_ORDERED = (("gamma_min", "gamma_max"),)
+
+
+@st.composite
+def keyword_arguments(draw, op: str, **fixed):
+    """Every keyword hyper-parameter of ``op`` ("family.op") drawn from its valid range; ``fixed``
+    pins some (e.g. ``alpha`` a test supplies itself). Ordered pairs come out ordered."""
+    kw = {name: draw(strategy) for name, strategy in KEYWORD_RANGES[op].items() if name not in fixed}
+    for lo, hi in _ORDERED:
+        if lo in kw and hi in kw and kw[lo] > kw[hi]:
+            kw[lo], kw[hi] = kw[hi], kw[lo]
+    return {**kw, **fixed}

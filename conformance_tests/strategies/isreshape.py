@@ -35,17 +35,29 @@ def isr_betas(*, lo: float = 0.0, hi: float = 4.0):
 
 
 @st.composite
-def isr_token_batches(draw, *, max_len: int = 10, log_ratio: float = 3.0, dtype=torch.float64, min_tokens: int = 1):
-    """(log_prob, ref_log_prob, advantages, response_mask): log-probs <= 0, log-ratios within
-    +-log_ratio (wider with some probability, to reach the clamp), advantages in [-5, 5], a 0/1 float
-    mask with at least ``min_tokens`` ones."""
-    n = draw(st.integers(max(1, min_tokens), max_len))
-    lp = draw(hnp.arrays(np.float64, n, elements=st.floats(-8.0, 0.0, **_FINITE)))
+def isr_token_batches(draw, *, max_len: int = 10, log_ratio: float = 3.0, dtype=torch.float64, min_tokens: int = 1,
+                      max_rows: int = 4, wide: bool = True):
+    """(log_prob, ref_log_prob, advantages, response_mask) of one shape: [T] or a [B, T] batch whose
+    rows may be pure padding. Log-probs <= 0 (down to -1e3 with some probability when ``wide``),
+    log-ratios within +-log_ratio (wider with some probability, to reach the clamp), advantages in
+    [-5, 5] with exact zeros, a 0/1 float mask with at least ``min_tokens`` ones in all."""
+    shape = draw(st.sampled_from(["1d", "1d", "2d"]))
+    if shape == "2d":
+        B, T = draw(st.integers(1, max_rows)), draw(st.integers(1, max(1, max_len // 2)))
+        dims = (B, T)
+        min_tokens = min(min_tokens, B * T)
+    else:
+        dims = (draw(st.integers(max(1, min_tokens), max_len)),)
+    n = int(np.prod(dims))
+    lp_lo = draw(st.sampled_from([-8.0, -8.0, -1e3])) if wide else -8.0
+    lp = draw(hnp.arrays(np.float64, n, elements=st.floats(lp_lo, 0.0, **_FINITE)))
     span = draw(st.sampled_from([log_ratio, log_ratio, 30.0]))
     delta = draw(hnp.arrays(np.float64, n, elements=st.floats(-span, span, **_FINITE)))
-    adv = draw(hnp.arrays(np.float64, n, elements=st.floats(-5.0, 5.0, **_FINITE)))
+    adv = draw(hnp.arrays(np.float64, n, elements=st.one_of(st.just(0.0), st.floats(-5.0, 5.0, **_FINITE))))
     mask = draw(hnp.arrays(np.bool_, n))
+    if shape == "2d" and dims[0] > 1 and draw(st.booleans()):
+        mask.reshape(dims)[draw(st.integers(0, dims[0] - 1))] = False  # a padding row
     if mask.sum() < min_tokens:
-        mask[: min_tokens] = True
-    t = lambda a: torch.tensor(a, dtype=dtype)  # noqa: E731
+        mask[np.flatnonzero(~mask)[: min_tokens - int(mask.sum())]] = True
+    t = lambda a: torch.tensor(a.reshape(dims), dtype=dtype)  # noqa: E731
     return t(lp), t(lp - delta), t(adv), t(mask.astype(np.float64))

@@ -15,9 +15,11 @@ _FINITE = dict(allow_nan=False, allow_infinity=False)
 
 
 @st.composite
-def log_prob_pairs(draw, *, max_batch: int = 16, lo: float = -8.0, spread: float = 1.5):
-    """(old_log_prob, new_log_prob), float64 [B] each: log-probs in [lo, 0] and new within ±spread of old."""
+def log_prob_pairs(draw, *, max_batch: int = 16, lo: float | None = None, spread: float = 1.5):
+    """(old_log_prob, new_log_prob), float64 [B] each: log-probs in [lo, 0] and new within ±spread of old.
+    Without ``lo`` some draws reach -1e3 (a far-off-policy token: exp(old) underflows, the ratio must not)."""
     b = draw(st.integers(1, max_batch))
+    lo = draw(st.sampled_from([-8.0, -8.0, -1e3])) if lo is None else lo
     old = draw(tensors((b,), lo=lo, hi=0.0))
     delta = draw(tensors((b,), lo=-spread, hi=spread))
     return old, (old + delta).clamp_max(0.0)
@@ -60,23 +62,27 @@ def rollouts(draw, *, max_rows: int = 12, max_actions: int = 6, dtype=torch.floa
 
 
 @st.composite
-def mappo_batches(draw, *, max_episodes: int = 3, max_steps: int = 4, max_agents: int = 3, n_actions: int = 5):
+def mappo_batches(draw, *, max_episodes: int = 3, max_steps: int = 4, max_agents: int = 3, n_actions: int = 5,
+                  wide: bool = True):
     """A MAPPO rollout in storage (shuffled) order: every field of a row is a function of its key.
 
     Keys: episode_id, timestep, agent_id (int64 [N]), obs [N,3] = (e, t, g) as float, critic_obs
     [N,2], action [N], old_log_prob [N], mask [N,A] (distinct per agent), advantage [N], return [N].
+    With ``wide`` some draws are full-size rollouts of 12..16 agents x 128..160 steps.
     Returns (batch, oracle) where ``oracle(e, t, g)`` gives the row's fields for checking alignment.
     """
-    E = draw(st.integers(1, max_episodes))
-    T = draw(st.integers(1, max_steps))
-    G = draw(st.integers(2, max_agents))
-    keys = [(e, t, g) for e in range(E) for t in range(T) for g in range(G)]
-    keep = draw(st.lists(st.booleans(), min_size=len(keys), max_size=len(keys)))
+    if wide and draw(st.integers(0, 3)) == 0:
+        E, T, G = draw(st.integers(1, 2)), draw(st.integers(128, 160)), draw(st.integers(12, 16))
+    else:
+        E, T, G = draw(st.integers(1, max_episodes)), draw(st.integers(1, max_steps)), draw(st.integers(2, max_agents))
+    g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    keys = [(e, t, a) for e in range(E) for t in range(T) for a in range(G)]
+    keep = g.random(len(keys)) < draw(st.sampled_from([1.0, 0.7]))  # agents that are done leave gaps
     keys = [k for k, kp in zip(keys, keep) if kp] or keys[:2]
     episode_ids = draw(st.lists(st.integers(0, 10**6), min_size=E, max_size=E, unique=True))
     masks = {}
     for k in keys:  # each (e, t, g) its own legal set; agent g's action g % A always legal
-        m = draw(hnp.arrays(np.bool_, (n_actions,)))
+        m = g.random(n_actions) < 0.5
         m[k[2] % n_actions] = True
         masks[k] = m
 
@@ -87,7 +93,7 @@ def mappo_batches(draw, *, max_episodes: int = 3, max_steps: int = 4, max_agents
             "advantage": 0.5 * e - 0.25 * t + 0.125 * g, "return": 1.0 + 0.1 * t - 0.2 * g,
         }
 
-    perm = draw(st.permutations(range(len(keys))))
+    perm = g.permutation(len(keys))
     rows = [keys[i] for i in perm]
     fields = [oracle(*k) for k in rows]
     batch = {

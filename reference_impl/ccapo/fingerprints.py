@@ -99,3 +99,36 @@ def abstract_location(raw_location: str, *, domain: str) -> str:
 def anchor(location: str, prev_fingerprint: str | None) -> tuple[str, str]:
     """S_anchor = (Abstract_Loc(s_t), Fingerprint(a_{t-1})), START at t = 0. Implements: CCAPO-ANCHOR-1."""
     return (location, START if prev_fingerprint is None else prev_fingerprint)
+
+
+# TextWorld (and so ALFWorld's engine): the verbs of the game grammar. Objects keep their full name
+# ("yellow bell pepper", "loaf of bread"), which is what TextWorld calls the object's type; the
+# prepositions that join an object to its container, support or tool separate the arguments.
+_TW_VERBS = {"go": "GO", "take": "TAKE", "drop": "DROP", "put": "PUT", "insert": "INSERT", "open": "OPEN",
+             "close": "CLOSE", "lock": "LOCK", "unlock": "UNLOCK", "eat": "EAT", "drink": "DRINK",
+             "cook": "COOK", "slice": "SLICE", "dice": "DICE", "chop": "CHOP", "prepare": "PREPARE",
+             "examine": "EXAMINE", "look": "LOOK", "inventory": "INVENTORY"}
+_TW_SEPARATORS = {"from", "on", "into", "in", "with"}
+_TW_NOISE = {"a", "an", "the"}
+
+
+def textworld_fingerprint(raw_action: str, *, labels: Mapping[str, str] | None = None) -> str:
+    """``take yellow bell pepper from counter`` -> ``TAKE(yellow bell pepper, counter)``.
+
+    Lower-cased; articles and instance numbers dropped. Implements: CCAPO-FP-1, CCAPO-FP-3
+    """
+    words = raw_action.strip().lower().split()
+    if not words or words[0] not in _TW_VERBS:
+        raise ValueError(f"[CCAPO-INPUT-4] not a TextWorld command: {raw_action!r}")
+    args: list[list[str]] = [[]]
+    for w in words[1:]:
+        if w in _TW_SEPARATORS:
+            args.append([])
+        elif w not in _TW_NOISE and not w.isdigit():
+            args[-1].append(w)
+    if any(not a for a in args[1:]):
+        raise ValueError(f"[CCAPO-INPUT-4] a preposition without an object in {raw_action!r}")
+    return _fmt(_TW_VERBS[words[0]], [" ".join(a) for a in args if a])
+
+
+register_fingerprinter("textworld", textworld_fingerprint)

@@ -180,9 +180,8 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
         batch = rollout(policy, layouts, cfg, gen, device)
         adv, stats = advantages(batch, store, cfg, device)
         diag = ppo_update(policy, ref, opt, batch, adv, cfg)
-        for i in range(len(batch["fps"])):  # one transaction per trajectory (CCAPO-STDB-1..4, CCAPO-STDB-6)
-            store.update({"anchors": batch["anchors"][i], "fingerprints": batch["fps"][i],
-                          "success": bool(batch["success"][i])})
+        store.update_many([{"anchors": a, "fingerprints": f, "success": bool(ok)}  # CCAPO-STDB-1..4
+                           for a, f, ok in zip(batch["anchors"], batch["fps"], batch["success"])])  # CCAPO-STDB-6
         shortest = np.mean([lay.shortest for lay in layouts])
         run.log(update=update, success_rate=float(batch["success"].float().mean()),
                 mean_steps=float(batch["steps"].float().mean()), shortest_steps=float(shortest), **stats,

@@ -3,7 +3,10 @@
 A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per update, flushed at
 once, so a crash loses at most the update in flight) and ``checkpoint.pt`` (written to a temporary
 file and renamed, so a crash mid-write leaves the previous checkpoint intact). ``resume`` reloads
-the checkpoint and truncates metrics written after it.
+the checkpoint and truncates metrics written after it; a run that starts from no checkpoint starts
+from an empty metrics file, so records of a killed earlier attempt never mix with the new ones.
+Under torchrun only rank 0 is the ``writer``: the other ranks make the same checks and read the
+checkpoint, but write nothing.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import os
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -59,9 +63,16 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
 class RunDir:
     """``config.json`` + ``metrics.jsonl`` + ``checkpoint.pt`` under one directory."""
 
-    def __init__(self, path: str | Path, *, family: str, config: Any, resume: bool = False):
+    def __init__(self, path: str | Path, *, family: str, config: Any, resume: bool = False, writer: bool = True):
         self.path = Path(path)
         self.family = family
+        self.writer = writer
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.checkpoint_path = self.path / "checkpoint.pt"
+        if not writer:  # a data-parallel rank > 0: rank 0 checks the config and owns the files
+            if not resume and self.checkpoint_path.exists():
+                raise FileExistsError(f"{self.path} already holds a run; pass --resume or choose another --out")
+            return
         self.path.mkdir(parents=True, exist_ok=True)
         cfg = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
         cfg_path = self.path / "config.json"
@@ -72,30 +83,46 @@ class RunDir:
         elif not resume and (self.path / "checkpoint.pt").exists():
             raise FileExistsError(f"{self.path} already holds a run; pass --resume or choose another --out")
         cfg_path.write_text(json.dumps({"family": family, "config": cfg}, indent=1, default=str))
-        self.metrics_path = self.path / "metrics.jsonl"
-        self.checkpoint_path = self.path / "checkpoint.pt"
+        if not self.checkpoint_path.exists() and self.metrics_path.exists():
+            self.metrics_path.write_text("")  # records of an attempt killed before its first checkpoint
+
+    def _records(self) -> list[dict]:
+        """The metrics records; a torn last line (a kill mid-write) is dropped with a warning naming it."""
+        if not self.metrics_path.exists():
+            return []
+        lines = [ln for ln in self.metrics_path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        out = []
+        for n, ln in enumerate(lines, 1):
+            try:
+                out.append(json.loads(ln))
+            except json.JSONDecodeError as e:
+                where = f"{self.metrics_path}:{n}"
+                if n < len(lines):
+                    raise ValueError(f"{where}: not a JSON object ({e.msg}); the metrics file is damaged") from None
+                warnings.warn(f"{where}: torn last line dropped ({e.msg})", stacklevel=3)
+        return out
 
     def load(self) -> Any | None:
         """The last checkpoint (or None); metrics logged after it are dropped so the log matches."""
         ckpt = load_checkpoint(self.checkpoint_path)
-        if ckpt is not None and self.metrics_path.exists():
+        if ckpt is not None and self.writer and self.metrics_path.exists():
             last = ckpt.get("update", None)
-            if last is not None:
-                keep = [ln for ln in self.metrics_path.read_text().splitlines()
-                        if ln.strip() and json.loads(ln).get("update", -1) <= last]
-                self.metrics_path.write_text("".join(k + "\n" for k in keep))
+            keep = [r for r in self._records() if last is None or r.get("update", -1) <= last]
+            self.metrics_path.write_text("".join(json.dumps(r, default=float) + "\n" for r in keep))
         return ckpt
 
     def log(self, **metrics: Any) -> None:
+        if not self.writer:
+            return
         rec = {"family": self.family, "time": time.time(), **metrics}
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec, default=float) + "\n")
             f.flush()
 
     def save(self, state: dict) -> None:
+        if not self.writer:
+            return
         atomic_save(state, self.checkpoint_path)
 
     def metrics(self) -> list[dict]:
-        if not self.metrics_path.exists():
-            return []
-        return [json.loads(ln) for ln in self.metrics_path.read_text().splitlines() if ln.strip()]
+        return self._records()

@@ -45,6 +45,14 @@ def sft_loss(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, response_mask: 
 
     Implements: ISR-SFT-1
     """
+    r, w, wd = sft_weights(log_prob, ref_log_prob, response_mask, tau=tau, gamma_sft=gamma_sft,
+                           log_ratio_clamp=log_ratio_clamp)
+    m = response_mask.detach().to(wd)
+    return (-(w * log_prob.to(wd) * m).sum() / (m.sum() + mask_eps)).to(log_prob.dtype)
+
+
+def sft_weights(log_prob, ref_log_prob, response_mask, *, tau: float, gamma_sft: float, log_ratio_clamp: float):
+    """(r, w_{γ_sft}(r), work dtype) of the SFT variant, detached, after the inputs are checked."""
     check_tokens(log_prob=log_prob, ref_log_prob=ref_log_prob, response_mask=response_mask)
     check_tau(tau)
     check_gamma(gamma_sft, "gamma_sft")
@@ -52,8 +60,7 @@ def sft_loss(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, response_mask: 
     with torch.no_grad():
         r = importance_ratio(log_prob.to(wd), ref_log_prob.to(wd), log_ratio_clamp=log_ratio_clamp)  # ISR-RATIO-1
         w = reshape_weight(r, gamma_sft, tau=tau)  # ISR-W-1 with a fixed gamma
-    m = response_mask.detach().to(wd)
-    return (-(w * log_prob.to(wd) * m).sum() / (m.sum() + mask_eps)).to(log_prob.dtype)
+    return r, w, wd
 
 
 def loss_metrics(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, advantages: torch.Tensor,

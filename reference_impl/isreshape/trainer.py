@@ -7,19 +7,23 @@ on the batch. ``--loss`` picks the objective: ``v4`` (ISR-LOSS-1, the corrected 
 document's §9 code, zero gradient: it must not learn) or ``ppo`` (PPO-clip against mu, a baseline).
 Several comma-separated losses run one after the other into ``OUT/<loss>``; ``--plot`` then draws
 reward against update for all of them. ``rlconform train isreshape --updates N --out DIR``.
+
+Sampling, rewards and advantages run on ``--device`` in ``--dtype``. Data-parallel:
+``torchrun --nproc_per_node N -m reference_impl.isreshape.trainer ...`` draws ``batch_contexts``
+contexts per process with per-rank seeds, DDP averages the gradients of the logits table, and rank
+0 writes metrics and checkpoints.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from reference_impl.common import RunDir, add_config_flags, arg, config_overrides, progress, seed_everything
+from reference_impl.common import distributed as ddp
 from reference_impl.isreshape.defaults import defaults
 from reference_impl.isreshape.losses import document_policy_loss, loss_metrics, policy_loss
 from reference_impl.isreshape.weights import importance_ratio
@@ -33,11 +37,12 @@ class IsReshapeConfig:
     loss: str = arg("v4", "objective: v4 (corrected IS Reshape loss), doc (the document's zero-gradient code), ppo")
     seed: int = arg(0, "seed of the policy init, the sampling and the rewards")
     env_seed: int = arg(1234, "seed of the bandit's success probabilities (fixed across losses)")
-    device: str = arg("cpu", "torch device")
+    device: str = arg("cpu", "torch device of the table, the sampling and the update (cuda: cuda:LOCAL_RANK per process)")
+    dtype: str = arg("float64", "dtype of the logits table, rewards and advantages (float64, float32, bfloat16)")
     contexts: int = arg(16, "number of contexts x (prompts)")
     tokens: int = arg(32, "number of tokens y per context")
     reward_sharpness: float = arg(3.0, "success probability p(x, y) = sigmoid(sharpness * z), z ~ N(0, 1)")
-    batch_contexts: int = arg(64, "contexts drawn per update")
+    batch_contexts: int = arg(64, "contexts drawn per update (per process under torchrun)")
     group_size: int = arg(8, "samples per context; their mean reward is the baseline")
     epochs: int = arg(4, "Adam steps on each batch (the later ones are off-policy)")
     lr: float = arg(0.05, "Adam learning rate of the tabular logits")
@@ -54,14 +59,14 @@ class IsReshapeConfig:
 class TokenBandit:
     """Contexts x tokens with Bernoulli rewards; the success table is fixed by ``env_seed``."""
 
-    def __init__(self, cfg: IsReshapeConfig, device: torch.device):
-        g = torch.Generator().manual_seed(cfg.env_seed)
-        z = torch.randn(cfg.contexts, cfg.tokens, generator=g, dtype=torch.float64)
-        self.p = torch.sigmoid(cfg.reward_sharpness * z).to(device)
+    def __init__(self, cfg: IsReshapeConfig, device: torch.device, dtype: torch.dtype):
+        g = torch.Generator().manual_seed(cfg.env_seed)  # the table is the same on every device and rank
+        z = torch.randn(cfg.contexts, cfg.tokens, generator=g, dtype=torch.float64, device="cpu")
+        self.p = torch.sigmoid(cfg.reward_sharpness * z).to(device, dtype)
 
     def rewards(self, ctx: torch.Tensor, tok: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        u = torch.rand(tok.shape, generator=gen, dtype=torch.float64).to(tok.device)
-        return (u < self.p[ctx, tok]).to(torch.float64)
+        u = torch.rand(tok.shape, generator=gen, dtype=self.p.dtype, device=self.p.device)
+        return (u < self.p[ctx, tok]).to(self.p.dtype)
 
     def expected_reward(self, probs: torch.Tensor) -> float:
         """E_{x uniform, y ~ pi}[p(x, y)]: the exact reward of the policy, no sampling noise."""
@@ -69,6 +74,17 @@ class TokenBandit:
 
     def best_reward(self) -> float:
         return float(self.p.max(-1).values.mean())
+
+
+class TabularPolicy(torch.nn.Module):
+    """One row of logits per context (zeros at the start: the uniform policy); forward gives log pi(.|x)."""
+
+    def __init__(self, contexts: int, tokens: int, *, device: torch.device, dtype: torch.dtype):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.zeros(contexts, tokens, device=device, dtype=dtype))
+
+    def forward(self, ctx: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.logits[ctx], -1)
 
 
 def behaviour_probs(logits: torch.Tensor, eps: float) -> torch.Tensor:
@@ -94,39 +110,41 @@ def train(cfg: IsReshapeConfig, *, out: str | Path, updates: int, resume: bool =
     """Train until ``updates`` updates are done in total (a resumed run continues its count)."""
     if cfg.loss not in LOSSES:
         raise ValueError(f"--loss must be one of {LOSSES}, got {cfg.loss!r}")
-    device = torch.device(cfg.device)
-    gen = seed_everything(cfg.seed)
-    env = TokenBandit(cfg, device)
-    logits = torch.zeros(cfg.contexts, cfg.tokens, dtype=torch.float64, device=device, requires_grad=True)
-    opt = torch.optim.Adam([logits], lr=cfg.lr)
-    mu = behaviour_probs(logits, cfg.behaviour_eps)
-    run = RunDir(out, family="isreshape", config=cfg, resume=resume)
+    d = ddp.setup(cfg.device)  # one process, or this rank of a torchrun job
+    device, dtype = d.device, ddp.resolve_dtype(cfg.dtype)
+    seed_everything(cfg.seed)
+    seed = ddp.rank_seed(cfg.seed, d.rank)
+    gen = torch.Generator(device).manual_seed(seed)  # contexts, tokens and rewards of this rank
+    env = TokenBandit(cfg, device, dtype)
+    table = TabularPolicy(cfg.contexts, cfg.tokens, device=device, dtype=dtype)
+    opt = torch.optim.Adam(table.parameters(), lr=cfg.lr)
+    mu = behaviour_probs(table.logits, cfg.behaviour_eps)
+    run = RunDir(out, family="isreshape", config=ddp.portable_config(cfg), resume=resume, writer=d.is_writer)
     start = 0
     ckpt = run.load() if resume else None
     if ckpt is not None:
         with torch.no_grad():
-            logits.copy_(ckpt["logits"])
+            table.logits.copy_(ckpt["logits"])  # saved on any device; copied onto this one
         opt.load_state_dict(ckpt["optimizer"])
-        mu = ckpt["behaviour"].to(device)
-        gen.set_state(ckpt["generator"])
-        random.setstate(ckpt["python_rng"])
-        np.random.set_state(ckpt["numpy_rng"])
-        torch.set_rng_state(ckpt["torch_rng"])
+        mu = ckpt["behaviour"].to(device, dtype)
+        ddp.restore_rng(ckpt["rng"], d, gen, reseed=seed)
         start = int(ckpt["update"]) + 1
+    policy = ddp.wrap(table, d)  # gradients of the table averaged over ranks
     best = env.best_reward()
-    for update in progress(range(start, updates), total=updates, initial=start, desc=f"isreshape/{cfg.loss}"):
+    for update in progress(range(start, updates), total=updates, initial=start, desc=f"isreshape/{cfg.loss}",
+                           disable=None if d.is_writer else True):
         if update % cfg.behaviour_lag == 0:
-            mu = behaviour_probs(logits, cfg.behaviour_eps)  # rollouts come from a stale mu
-        ctx = torch.randint(cfg.contexts, (cfg.batch_contexts,), generator=gen).to(device)
+            mu = behaviour_probs(table.logits, cfg.behaviour_eps)  # rollouts come from a stale mu
+        ctx = torch.randint(cfg.contexts, (cfg.batch_contexts,), generator=gen, device=device)
         ctx = ctx.repeat_interleave(cfg.group_size)
-        tok = torch.multinomial(mu[ctx].cpu(), 1, generator=gen).squeeze(-1).to(device)
+        tok = torch.multinomial(mu[ctx], 1, generator=gen).squeeze(-1)
         reward = env.rewards(ctx, tok, gen)
         group = reward.view(cfg.batch_contexts, cfg.group_size)
         adv = (group - group.mean(-1, keepdim=True)).reshape(-1)  # group-mean baseline
         ref_lp = torch.log(mu[ctx, tok])  # log mu of the behaviour policy
         mask = torch.ones_like(reward)
         for _ in range(cfg.epochs):
-            lp = torch.log_softmax(logits[ctx], -1).gather(-1, tok[:, None]).squeeze(-1)
+            lp = policy(ctx).gather(-1, tok[:, None]).squeeze(-1)
             loss = objective(cfg, lp, ref_lp, adv, mask)
             opt.zero_grad(set_to_none=True)
             if loss.requires_grad:  # the document's loss has no graph at all
@@ -135,14 +153,15 @@ def train(cfg: IsReshapeConfig, *, out: str | Path, updates: int, resume: bool =
         stats = loss_metrics(lp.detach(), ref_lp, adv, mask, tau=cfg.tau, beta=cfg.beta,  # ISR-METRIC-1..3
                              gamma_min=cfg.gamma_min, gamma_max=cfg.gamma_max)
         with torch.no_grad():
-            pi = torch.softmax(logits, -1)
-        run.log(update=update, loss_name=cfg.loss, loss=float(loss.detach()), mean_reward=env.expected_reward(pi),
-                best_reward=best, sample_reward=float(reward.mean()),
-                grad_norm=float(logits.grad.norm()) if logits.grad is not None else 0.0, **stats)
+            pi = torch.softmax(table.logits, -1)
+        grad = table.logits.grad
+        rec = dict(loss=float(loss.detach()), sample_reward=float(reward.mean()), **stats)
+        run.log(update=update, loss_name=cfg.loss, mean_reward=env.expected_reward(pi), best_reward=best,
+                grad_norm=float(grad.norm()) if grad is not None else 0.0,
+                **ddp.reduce_metrics(rec, d, maximum=("weight_max",)))
         if (update + 1) % cfg.checkpoint_every == 0 or update == updates - 1:
-            run.save({"update": update, "logits": logits.detach().clone(), "optimizer": opt.state_dict(),
-                      "behaviour": mu, "generator": gen.get_state(), "python_rng": random.getstate(),
-                      "numpy_rng": np.random.get_state(), "torch_rng": torch.get_rng_state()})
+            run.save({"update": update, "logits": table.logits.detach().clone(), "optimizer": opt.state_dict(),
+                      "behaviour": mu, "rng": ddp.rng_states(d, gen)})
     return run
 
 
@@ -185,12 +204,23 @@ def cli(argv: list[str]) -> int:
     for name in names:
         d = out / name if len(names) > 1 else out
         run = train(IsReshapeConfig(**base, loss=name), out=d, updates=args.updates, resume=args.resume)
+        if not run.writer:
+            continue
         last = run.metrics()[-1] if run.metrics() else {}
         print(f"isreshape/{name}: {last.get('update', -1) + 1} updates, mean_reward {last.get('mean_reward', float('nan')):.3f} "
               f"(optimal {last.get('best_reward', float('nan')):.3f}), kl {last.get('kl', float('nan')):.4f}; "
               f"metrics in {run.metrics_path}")
         dirs[name] = d
+    ddp.teardown()
+    if not run.writer:
+        return 0
     if args.plot:
         plot(dirs, out / "reward_vs_update.png")
         print(f"plot: {out / 'reward_vs_update.png'}")
     return 0
+
+
+if __name__ == "__main__":  # torchrun --nproc_per_node N -m reference_impl.isreshape.trainer --updates U --out DIR
+    import sys
+
+    sys.exit(cli(sys.argv[1:]))

@@ -64,10 +64,13 @@ def clip_fraction(ratio: torch.Tensor, *, clip_eps: float) -> torch.Tensor:
 def clipped_policy_loss(ratio: torch.Tensor, advantage: torch.Tensor, *, clip_eps: float) -> torch.Tensor:
     r""":math:`L_\pi = -\mathrm{mean}\big(\min(rA,\ \mathrm{clip}(r, 1-\epsilon, 1+\epsilon)A)\big)`.
 
-    Implements: PPO-LOSS-1, PPO-LOSS-4.
+    The advantage is a constant of the loss (PPO-GRAD-2).
+
+    Implements: PPO-LOSS-1, PPO-LOSS-4, PPO-GRAD-2.
     """
     _check_clip_eps(clip_eps)
     _pair("PPO-INPUT-4", ratio=ratio, advantage=advantage)
+    advantage = advantage.detach()
     unclipped = ratio * advantage
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantage
     return -torch.min(unclipped, clipped).mean()
@@ -76,10 +79,12 @@ def clipped_policy_loss(ratio: torch.Tensor, advantage: torch.Tensor, *, clip_ep
 def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     r""":math:`L_V = \tfrac12\,\mathrm{mean}\big((R - V)^2\big)`.
 
-    Implements: PPO-LOSS-2, PPO-LOSS-4.
+    The returns are the regression target, a constant of the loss (PPO-GRAD-2).
+
+    Implements: PPO-LOSS-2, PPO-LOSS-4, PPO-GRAD-2.
     """
     _pair("PPO-INPUT-4", values=values, returns=returns)
-    return 0.5 * (returns - values).pow(2).mean()
+    return 0.5 * (returns.detach() - values).pow(2).mean()
 
 
 def total_loss(policy_loss: torch.Tensor, value_loss: torch.Tensor, entropy: torch.Tensor, *,
@@ -138,3 +143,47 @@ def scale_reward(reward: torch.Tensor, *, scale: float) -> torch.Tensor:
     _checks.in_range(scale, 0.0, float("inf"), "PPO-INPUT-4", "scale", hi_open=True)
     _checks.finite(reward, "PPO-INPUT-4", "reward")
     return torch.clamp(reward / scale, -1.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- §7 self-test, §11 trend (appended)
+def log_ratio_excess(new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, *, threshold: float = 2.0) -> torch.Tensor:
+    r"""Share of rows whose log-prob difference exceeds the threshold: :math:`\mathrm{mean}(\mathbf 1[\ell_{new}-\ell_{old} > 2])`.
+
+    The §7 self-test wants this share small ("not generally > 2"); 0 on the first minibatch.
+
+    Implements: PPO-SELFTEST-1.
+    """
+    _pair("PPO-INPUT-4", new_log_prob=new_log_prob, old_log_prob=old_log_prob)
+    return ((new_log_prob - old_log_prob) > threshold).to(new_log_prob.dtype).mean()
+
+
+def ratio_std(ratio: torch.Tensor) -> torch.Tensor:
+    r"""Spread of the minibatch ratios: the Bessel-corrected sample std (torch's ``.std()``, as §7
+    prints it), 0 for a single row.
+
+    Implements: PPO-RATIO-2.
+    """
+    _checks.finite(ratio, "PPO-INPUT-4", "ratio")
+    if ratio.numel() < 2:
+        return torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+    return ratio.std()
+
+
+def entropy_trend(entropy: torch.Tensor) -> dict:
+    r"""Least-squares line through a run's per-update entropies :math:`H_u \approx a + b\,u`.
+
+    ``decreasing``: :math:`b < 0`; ``slow``: the fitted decline over the run stays below the fitted
+    start, :math:`-b\,(U-1) < a`, i.e. the trend does not reach zero entropy within the run.
+
+    Implements: PPO-SLO-6.
+    """
+    _checks.finite(entropy, "PPO-INPUT-4", "entropy")
+    if entropy.dim() != 1 or entropy.numel() < 2:
+        raise ValueError(f"[PPO-INPUT-4] entropy_trend needs a 1-D series of >= 2 updates, got shape {tuple(entropy.shape)}")
+    h = entropy.detach().to(torch.float64)
+    u = torch.arange(h.numel(), dtype=torch.float64)
+    uc = u - u.mean()
+    slope = float((uc * (h - h.mean())).sum() / (uc * uc).sum())
+    intercept = float(h.mean() - slope * u.mean())
+    return {"slope": slope, "intercept": intercept, "decreasing": slope < 0,
+            "slow": -slope * (h.numel() - 1) < intercept}

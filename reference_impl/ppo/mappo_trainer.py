@@ -6,6 +6,8 @@ state and the agent's id. Every sample carries its key ``(episode_id, timestep, 
 batch is aligned by that key before the update, so actor observation, critic state, mask, action,
 old log-prob, advantage and return of one (episode, step, agent) stay together.
 ``rlconform train mappo --updates N --out DIR``; metric ``return`` is the team return per episode.
+Data-parallel under ``torchrun --nproc_per_node N -m reference_impl.ppo.mappo_trainer ...`` as the
+masked-PPO trainer is (see :mod:`reference_impl.ppo.trainer`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 
 from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.common import distributed as ddp
 from reference_impl.ppo.envs import CoopGridEnv
 from reference_impl.ppo.gae import gae
 from reference_impl.ppo.losses import normalize_advantages
@@ -23,8 +26,7 @@ from reference_impl.ppo.mappo import align_batch
 from reference_impl.ppo.masking import sample_actions
 from reference_impl.ppo.nets import Actor, Critic
 from reference_impl.ppo.trainer import (PPOHyper, arg, checkpoint, config_from_args, config_parser, mean_or_nan,
-                                        restore, summarize)
-from reference_impl.ppo.update import ppo_update
+                                        restore, summarize, update_with)
 
 
 @dataclass
@@ -32,10 +34,10 @@ class MAPPOConfig(PPOHyper):
     n_agents: int = arg(2, "agents (and targets) per grid")
     grid_size: int = arg(5, "side of the square grid")
     max_cycles: int = arg(25, "steps before an episode is truncated")
-    n_envs: int = arg(16, "grids played in parallel")
+    n_envs: int = arg(16, "grids played in parallel (per process under torchrun)")
     rollout_steps: int = arg(50, "steps per grid per update (samples = n_envs * rollout_steps * n_agents)")
     hidden: int = arg(64, "width of the two hidden layers of actor and critic")
-    minibatch_size: int = arg(320, "samples per gradient step")
+    minibatch_size: int = arg(320, "samples per gradient step (per process under torchrun)")
 
 
 SMOKE = {"n_envs": 4, "rollout_steps": 25, "minibatch_size": 50, "epochs": 2}  # --smoke: a run of seconds
@@ -43,40 +45,45 @@ SMOKE = {"n_envs": 4, "rollout_steps": 25, "minibatch_size": 50, "epochs": 2}  #
 
 def train(cfg: MAPPOConfig, *, out: str, updates: int, resume: bool = False) -> RunDir:
     """Train until ``updates`` updates are done in total (a resumed run continues its count)."""
-    device = torch.device(cfg.device)
+    d = ddp.setup(cfg.device)  # one process, or this rank of a torchrun job
+    device, dtype = d.device, ddp.resolve_dtype(cfg.dtype)
     torch.set_num_threads(cfg.torch_threads)
-    seed_everything(cfg.seed)  # network initialisation
-    gen = torch.Generator(device).manual_seed(cfg.seed)  # every later draw: sampling and minibatch order
+    seed_everything(cfg.seed)  # network initialisation: the same on every rank
+    seed = ddp.rank_seed(cfg.seed, d.rank)
+    gen = torch.Generator(device).manual_seed(seed)  # every later draw: sampling and minibatch order
     envs = [CoopGridEnv(size=cfg.grid_size, n_agents=cfg.n_agents, max_cycles=cfg.max_cycles) for _ in range(cfg.n_envs)]
     agents, M, A = envs[0].possible_agents, cfg.n_agents, envs[0].action_space("agent_0").n
     obs_dim, critic_dim = envs[0].obs_dim, envs[0].state_dim + M  # critic: global state ‖ one-hot agent id
-    actor = Actor(obs_dim, A, cfg.hidden).to(device)
-    critic = Critic(critic_dim, cfg.hidden).to(device)
+    actor = Actor(obs_dim, A, cfg.hidden).to(device, dtype)
+    critic = Critic(critic_dim, cfg.hidden).to(device, dtype)
     optimizer = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=cfg.lr, eps=1e-5)
-    run = RunDir(out, family="ppo", config=cfg, resume=resume)
+    run = RunDir(out, family="ppo", config=ddp.portable_config(cfg), resume=resume, writer=d.is_writer)
     ckpt = run.load() if resume else None
-    start, env_steps = restore(ckpt, actor, critic, optimizer, gen)
-    next_episode = ckpt["next_episode"] if ckpt else 0  # episode ids stay unique across updates
-    agent_onehot = torch.eye(M, device=device)
+    start, env_steps = restore(ckpt, actor, critic, optimizer, gen, d, reseed=seed)
+    ddp_actor, ddp_critic = ddp.wrap(actor, d), ddp.wrap(critic, d)  # the update's forwards: gradients averaged
+    # episode ids stay unique across updates and ranks: rank r numbers its episodes r, r + W, r + 2W, ...
+    next_episode = ckpt["next_episode"] if ckpt else 0
+    agent_onehot = torch.eye(M, device=device, dtype=dtype)
 
     T, N = cfg.rollout_steps, cfg.n_envs
-    for update in progress(range(start + 1, updates + 1), total=updates, initial=start, desc="mappo"):
+    for update in progress(range(start + 1, updates + 1), total=updates, initial=start, desc="mappo",
+                           disable=None if d.is_writer else True):
         t0 = time.time()
         # --- rollout: per (step, grid, agent) the own obs, global state, own mask, action, old log-prob ---
-        obs_buf = torch.zeros(T, N, M, obs_dim, device=device)
-        cobs_buf = torch.zeros(T, N, M, critic_dim, device=device)
+        obs_buf = torch.zeros(T, N, M, obs_dim, device=device, dtype=dtype)
+        cobs_buf = torch.zeros(T, N, M, critic_dim, device=device, dtype=dtype)
         mask_buf = torch.zeros(T, N, M, A, dtype=torch.bool, device=device)
         act_buf = torch.zeros(T, N, M, dtype=torch.long, device=device)
-        logp_buf, val_buf, rew_buf, done_buf = (torch.zeros(T, N, M, device=device) for _ in range(4))
-        key_buf = torch.zeros(3, T, N, M, dtype=torch.long)  # episode_id, timestep, agent_id
-        seeds = np.random.SeedSequence([cfg.seed, update]).generate_state(N)  # fresh grids per update
-        obs_d = [env.reset(seed=int(s))[0] for env, s in zip(envs, seeds)]
-        episode = np.arange(next_episode, next_episode + N)
-        next_episode += N
+        logp_buf, val_buf, rew_buf, done_buf = (torch.zeros(T, N, M, device=device, dtype=dtype) for _ in range(4))
+        key_buf = np.zeros((3, T, N, M), dtype=np.int64)  # episode_id, timestep, agent_id: host-side, one transfer
+        seeds = np.random.SeedSequence([seed, update]).generate_state(N).tolist()  # fresh grids per update
+        obs_d = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
+        episode, next_episode = episode_ids(next_episode, N, d)
         step_in_ep = np.zeros(N, dtype=np.int64)
         team_return, finished, covered = np.zeros(N), [], []
         for t in range(T):
-            obs = torch.as_tensor(np.stack([[o[a]["observation"] for a in agents] for o in obs_d]), device=device)
+            obs = torch.as_tensor(np.stack([[o[a]["observation"] for a in agents] for o in obs_d]), device=device,
+                                  dtype=dtype)
             mask = torch.as_tensor(np.stack([[o[a]["action_mask"] for a in agents] for o in obs_d]),
                                    device=device).bool()  # each agent's own mask, never broadcast (PPO-MAPPO-4)
             cobs = critic_inputs(envs, agent_onehot)
@@ -86,9 +93,8 @@ def train(cfg: MAPPOConfig, *, out: str, updates: int, resume: bool = False) -> 
                 value = critic(cobs.flatten(0, 1))
             obs_buf[t], cobs_buf[t], mask_buf[t] = obs, cobs, mask
             act_buf[t], logp_buf[t], val_buf[t] = action.view(N, M), old_logp.view(N, M), value.view(N, M)
-            key_buf[0, t], key_buf[1, t] = torch.as_tensor(episode)[:, None], torch.as_tensor(step_in_ep)[:, None]
-            key_buf[2, t] = torch.arange(M)
-            act_np = action.view(N, M).cpu().numpy()
+            key_buf[0, t], key_buf[1, t], key_buf[2, t] = episode[:, None], step_in_ep[:, None], np.arange(M)
+            act_np = action.view(N, M).cpu().numpy()  # one transfer per step; the envs are Python objects
             rew, done = np.zeros(N, dtype=np.float32), np.zeros(N, dtype=np.float32)
             for i, env in enumerate(envs):
                 obs_d[i], r, term, _, _ = env.step(dict(zip(agents, act_np[i].tolist())))
@@ -99,41 +105,49 @@ def train(cfg: MAPPOConfig, *, out: str, updates: int, resume: bool = False) -> 
                     done[i] = 1.0
                     finished.append(team_return[i])
                     covered.append(bool(term[agents[0]]))
-                    team_return[i], step_in_ep[i], episode[i] = 0.0, 0, next_episode
-                    next_episode += 1
+                    (episode[i],), next_episode = episode_ids(next_episode, 1, d)
+                    team_return[i], step_in_ep[i] = 0.0, 0
                     obs_d[i] = env.reset()[0]
-            rew_buf[t] = torch.as_tensor(rew, device=device)[:, None]
-            done_buf[t] = torch.as_tensor(done, device=device)[:, None]
+            rew_buf[t] = torch.as_tensor(rew, device=device, dtype=dtype)[:, None]
+            done_buf[t] = torch.as_tensor(done, device=device, dtype=dtype)[:, None]
         with torch.no_grad():
             last_value = critic(critic_inputs(envs, agent_onehot).flatten(0, 1)).view(N, M)
         advantage, returns = gae(rew_buf, val_buf, done_buf, last_value,
                                  gamma=cfg.gamma, lam=cfg.gae_lambda)  # standard GAE(λ) with (1 − done)
-        advantage = normalize_advantages(advantage, eps=cfg.adv_eps, clamp=cfg.adv_clamp)  # PPO-ADV-1, PPO-ADV-2
+        advantage = ddp.on_global_batch(  # PPO-ADV-1, PPO-ADV-2, over the samples of all ranks
+            lambda a: normalize_advantages(a, eps=cfg.adv_eps, clamp=cfg.adv_clamp), advantage, d)
 
         # --- update: samples keyed by (episode_id, timestep, agent_id), aligned, then the PPO update ---
         batch = align_batch({  # PPO-MAPPO-1, PPO-MAPPO-2, PPO-MAPPO-4
             "obs": obs_buf.flatten(0, 2), "critic_obs": cobs_buf.flatten(0, 2), "mask": mask_buf.flatten(0, 2),
             "action": act_buf.flatten(), "old_log_prob": logp_buf.flatten(), "advantage": advantage.flatten(),
-            "return": returns.flatten(), "episode_id": key_buf[0].flatten().to(device),
-            "timestep": key_buf[1].flatten().to(device), "agent_id": key_buf[2].flatten().to(device)})
-        stats = ppo_update(actor, critic, optimizer, batch, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
-                           clip_eps=cfg.clip_eps, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
-                           max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl,
-                           generator=gen)  # PPO-UPDATE-1..3, PPO-MASK-3, PPO-OLD-1, PPO-KLSTOP-1/2, PPO-GRAD-1
-        env_steps += T * N
+            "return": returns.flatten(), **dict(zip(("episode_id", "timestep", "agent_id"),
+                                                    torch.as_tensor(key_buf, device=device).flatten(1)))})
+        stats = update_with(cfg, ddp_actor, ddp_critic, optimizer, batch, gen, d)
+        env_steps += T * N * d.world_size
 
-        # --- metrics (one host sync per update) and checkpoint ---
-        run.log(update=update, **summarize(stats, actor, batch), episodes=len(finished),
+        # --- metrics (over all ranks, written by rank 0) and checkpoint ---
+        finished, covered = (sum(ddp.gather_objects(x, d), []) for x in (finished, covered))
+        run.log(update=update, **summarize(stats, actor, batch, d), episodes=len(finished),
                 **{"return": mean_or_nan(finished)}, cover_rate=mean_or_nan(covered),
                 env_steps=env_steps, seconds=time.time() - t0)
         if update % cfg.checkpoint_every == 0 or update == updates:
-            run.save(checkpoint(update, env_steps, actor, critic, optimizer, gen, next_episode=next_episode))
+            run.save(checkpoint(update, env_steps, actor, critic, optimizer, ddp.rng_states(d, gen),
+                                next_episode=next_episode))
     return run
+
+
+def episode_ids(next_id: int, n: int, d: ddp.Dist) -> tuple[np.ndarray, int]:
+    """``n`` fresh episode ids for this rank and the next free one: rank r of W takes ids congruent to
+    r mod W, so keys ``(episode_id, timestep, agent_id)`` never collide across ranks (PPO-MAPPO-1)."""
+    ids = (next_id + np.arange(n)) * d.world_size + d.rank
+    return ids, next_id + n
 
 
 def critic_inputs(envs: list[CoopGridEnv], agent_onehot: torch.Tensor) -> torch.Tensor:
     """``[N, M, state_dim + M]``: each grid's global state, once per agent, with the agent's one-hot id."""
-    state = torch.as_tensor(np.stack([env.state() for env in envs]), device=agent_onehot.device)
+    state = torch.as_tensor(np.stack([env.state() for env in envs]), device=agent_onehot.device,
+                            dtype=agent_onehot.dtype)
     n, m = state.shape[0], agent_onehot.shape[0]
     return torch.cat([state.unsqueeze(1).expand(n, m, -1), agent_onehot.expand(n, m, m)], dim=-1)
 
@@ -141,7 +155,16 @@ def critic_inputs(envs: list[CoopGridEnv], agent_onehot: torch.Tensor) -> torch.
 def cli(argv: list[str]) -> int:
     args = config_parser(MAPPOConfig, "rlconform train mappo", __doc__).parse_args(argv)
     run = train(config_from_args(MAPPOConfig, args, SMOKE), out=args.out, updates=args.updates, resume=args.resume)
+    ddp.teardown()
+    if not run.writer:
+        return 0
     last = run.metrics()[-1] if run.metrics() else {}
     print(f"mappo: {last.get('update', 0)} updates, team return {last.get('return', float('nan')):.3f}, "
           f"approx_kl {last.get('approx_kl', float('nan')):.4f}; metrics in {run.metrics_path}")
     return 0
+
+
+if __name__ == "__main__":  # torchrun --nproc_per_node N -m reference_impl.ppo.mappo_trainer --updates U --out DIR
+    import sys
+
+    sys.exit(cli(sys.argv[1:]))

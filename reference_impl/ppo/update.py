@@ -86,8 +86,14 @@ def _param_groups(actor, critic) -> list[list[torch.nn.Parameter]]:
 
 def run_update(actor, critic, optimizer, batch: dict, *, step: Callable, epochs: int, minibatch_size: int,
                clip_eps: float, vf_coef: float, ent_coef: float, max_grad_norm: float, target_kl: float | None,
-               generator: torch.Generator | None = None) -> list[dict]:
-    """The loop of :func:`ppo_update` with the minibatch ``step`` as a parameter."""
+               generator: torch.Generator | None = None,
+               sync_metrics: Callable[[dict], dict] | None = None) -> list[dict]:
+    """The loop of :func:`ppo_update` with the minibatch ``step`` as a parameter.
+
+    ``sync_metrics`` (data-parallel runs) averages a minibatch's metrics over the ranks before the KL
+    guard reads them: every rank then takes the same stop decision, on the KL of the whole
+    data-parallel minibatch. The gradients themselves are averaged by DDP inside ``backward``.
+    """
     n = _check_batch(batch)
     if epochs < 1 or minibatch_size < 1:
         raise ValueError(f"[PPO-INPUT-4] epochs={epochs} and minibatch_size={minibatch_size} must be >= 1")
@@ -101,6 +107,8 @@ def run_update(actor, critic, optimizer, batch: dict, *, step: Callable, epochs:
             idx = perm[start:start + minibatch_size]
             mb = {key: v[idx] for key, v in batch.items()}
             loss, metrics = step(actor, critic, mb, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
+            if sync_metrics is not None:
+                metrics = sync_metrics(metrics)
             kl = metrics["approx_kl"]
             stop = target_kl is not None and losses.kl_early_stop(kl, target_kl=target_kl)  # PPO-KLSTOP-1
             if not stop:  # PPO-KLSTOP-2: the minibatch that trips the guard takes no step
@@ -117,18 +125,21 @@ def run_update(actor, critic, optimizer, batch: dict, *, step: Callable, epochs:
 
 def ppo_update(actor, critic, optimizer, batch: dict, *, epochs: int, minibatch_size: int, clip_eps: float,
                vf_coef: float, ent_coef: float, max_grad_norm: float, target_kl: float | None,
-               generator: torch.Generator | None = None) -> list[dict]:
+               generator: torch.Generator | None = None,
+               sync_metrics: Callable[[dict], dict] | None = None) -> list[dict]:
     r"""PPO-Clip update on a stored rollout; one metrics dict per minibatch.
 
     ``batch``: obs, optional critic_obs, action [N] long, old_log_prob [N] (cached at sampling),
     mask [N,A] bool (the sampling mask), advantage [N] (normalised beforehand if wanted), return [N].
     Each minibatch replays the stored action under the stored mask, takes mean losses, clips the
     gradient norm of the actor and of the critic at ``max_grad_norm`` and steps; when approx_kl
-    exceeds 2·target_kl the update stops before stepping on that minibatch.
+    exceeds 2·target_kl the update stops before stepping on that minibatch. Under DDP each rank
+    passes its own share and ``sync_metrics`` (see :func:`run_update`).
 
     Implements: PPO-UPDATE-1, PPO-UPDATE-2, PPO-UPDATE-3, PPO-MASK-3, PPO-OLD-1, PPO-LOSS-4,
     PPO-GRAD-1, PPO-KLSTOP-2.
     """
     return run_update(actor, critic, optimizer, batch, step=minibatch_loss, epochs=epochs,
                       minibatch_size=minibatch_size, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef,
-                      max_grad_norm=max_grad_norm, target_kl=target_kl, generator=generator)
+                      max_grad_norm=max_grad_norm, target_kl=target_kl, generator=generator,
+                      sync_metrics=sync_metrics)

@@ -11,13 +11,17 @@ from reference_impl.sac.losses import (
     clamp_log_alpha,
     cql_penalty,
     critic_loss,
+    critic_loss_total,
     policy_loss,
     policy_loss_top_p,
+    policy_loss_total,
     temperature_loss,
     temperature_update,
 )
+from reference_impl.sac.negatives import nce_queue_push
 from reference_impl.sac.masking import entropy, legal_set, masked_softmax, target_entropy
 from reference_impl.sac.reward import bigram_bonus, info_nce, ngram_coverage, shaped_reward, step_reward
+from reference_impl.sac.step import init_target, update_step
 from reference_impl.sac.updates import ema_update, popart_step, soft_update
 
 __all__ = [
@@ -27,4 +31,5 @@ __all__ = [
     "cql_penalty", "bc_loss", "clamp_log_alpha", "soft_update", "ema_update", "popart_step",
     "ngram_coverage", "info_nce", "bigram_bonus", "step_reward", "shaped_reward",
     "mix_counts", "dagger_teacher_ratio", "resolve_teacher_action", "defaults",
+    "critic_loss_total", "policy_loss_total", "init_target", "update_step", "nce_queue_push",
 ]

@@ -25,50 +25,143 @@ def soft_value(probs, q1, q2, legal_mask, *, alpha) -> torch.Tensor:
     return _weighted_soft(probs, _min_q(q1, q2), legal_mask, alpha)
 
 
+# ----------------------------------------------------------------------------- Top-p (SAC-TOPP-1..3)
+# The rule, shared by both selection paths: legal actions are ranked by decreasing π, ties by lower
+# action id; an action is kept iff the legal mass ranked before it is < p (so the action whose mass
+# reaches p exactly is kept and the next one is not); p = 1 keeps the whole legal set. Masses are
+# float64 sums, exact (hence order-free, so both paths agree bit for bit) whenever the values lie on
+# a common dyadic grid, e.g. float32 probabilities >= 2^-27 such as ε-clipped ones.
+
 def _select_sorted(pi: torch.Tensor, legal_mask: torch.Tensor, p: float) -> torch.Tensor:
-    """Sort each row (ties by lower column), keep each legal action while the mass before it is below p."""
+    """The plain formula, kept as the oracle of the fast path: a stable sort (ties by lower column),
+    then keep each legal action whose float64 mass before it is below p."""
     sorted_pi, order = torch.sort(pi, dim=-1, descending=True, stable=True)
-    mass_before = torch.cumsum(sorted_pi, dim=-1) - sorted_pi
-    keep_sorted = (mass_before < p) & torch.gather(legal_mask, -1, order)
+    upto = torch.cumsum(sorted_pi, dim=-1, dtype=torch.float64)
+    before = torch.cat([torch.zeros_like(upto[..., :1]), upto[..., :-1]], dim=-1)  # no subtraction: no rounding
+    keep_sorted = (before < p) & torch.gather(legal_mask, -1, order)
     return torch.zeros_like(legal_mask).scatter(-1, order, keep_sorted)
 
 
-def _top_candidates(pi: torch.Tensor, p: float, candidates: int) -> torch.Tensor | None:
-    """Column ids (ascending) of each row's ``candidates`` most probable legal actions, when the best
-    ``candidates − 1`` of them already reach p in every row, so the minimal set lies among them;
-    None when the shortcut does not apply. The check reads one flag back to the host."""
-    if not 1 < candidates < pi.shape[-1]:
-        return None
-    top = pi.topk(candidates, dim=-1)
-    if not bool((top.values[..., :-1].sum(-1) >= p).all()):
-        return None
-    return top.indices.sort(dim=-1).values  # ascending ids keep the lower-id tie-break
+_RADIX = 10  # key bits resolved per pass: a [B, 2^10 + 2] float64 histogram per pass
+_LANES = 4  # histogram copies, filled by interleaved columns: equal keys (the ε-clipped tail, the
+#             bucket below the window) then do not all add into one address, one after another
+_KEYS = {torch.float32: (torch.int32, 30), torch.float64: (torch.int64, 62)}  # (int view, bits of keys of values < 2)
 
 
-def _legal_probs(probs: torch.Tensor, legal_mask: torch.Tensor, p: float, clause: str) -> torch.Tensor:
+def _order_keys(probs: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Integer keys in the order of the probabilities (the bit patterns of non-negative floats sort
+    like the floats; a -0.0 or a negative entry falls below every key), and the bit width of the keys
+    of values below 2. A view of the input where possible: never written."""
+    if probs.dtype not in _KEYS:
+        probs = probs.float()  # half / bfloat16 widen exactly
+    view, width = _KEYS[probs.dtype]
+    return probs.detach().view(view), width
+
+
+def _mass_threshold(keys: torch.Tensor, mass: torch.Tensor, width: int, p: float):
+    """Radix select on mass. Per row: the largest key k with Σ_{key ≥ k} π ≥ p (the key of the action
+    whose mass reaches p), the mass strictly above k, the row's whole mass, and a scratch buffer.
+    Each pass sums π into 2^_RADIX buckets of the current key window (plus one below and one above
+    it), then narrows the window to the highest bucket whose mass from the top still reaches p.
+    No sort, no host sync."""
+    (rows, cols), nb, dev = keys.shape, (1 << _RADIX) + 2, keys.device
+    lane = torch.arange(cols, device=dev, dtype=keys.dtype) % _LANES * (rows * nb)
+    offset = torch.arange(rows, device=dev, dtype=keys.dtype)[:, None] * nb + 1 + lane  # row, lane, past "below"
+    lo = torch.zeros(rows, 1, device=dev, dtype=keys.dtype)
+    idx = torch.empty_like(keys)  # bucket ids, rewritten in place each pass
+    lanes = torch.empty(_LANES * rows * nb, dtype=torch.float64, device=dev)
+    total = None
+    for shift in range(width - _RADIX, -_RADIX, -_RADIX):
+        shift = max(shift, 0)
+        torch.sub(keys, lo, out=idx).bitwise_right_shift_(shift).clamp_(-1, 1 << _RADIX).add_(offset)
+        lanes.zero_().index_add_(0, idx.view(-1), mass.view(-1))
+        upper = lanes.view(_LANES, rows, nb).sum(0)[:, 1:]  # digits 0 .. 2^_RADIX - 1, then above the window
+        upper_cum = upper.cumsum(-1)
+        from_top = upper_cum[:, -1:] - upper_cum + upper  # [d]: mass of digits >= d, + above the window
+        total = from_top[:, :1] if total is None else total
+        digit = ((from_top[:, :-1] >= p).sum(-1, keepdim=True) - 1).clamp_(min=0)
+        lo = lo + (digit.to(keys.dtype) << shift)
+        above = from_top.gather(-1, digit + 1)
+    return lo, above, total, idx
+
+
+def _select_threshold(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -> torch.Tensor:
+    """The set of :func:`_select_sorted`, found without sorting: the threshold key t, every legal
+    action above it, and of the legal actions tied at t the m lowest ids, m = #{j ≥ 0 : above + j·t < p}.
+    Illegal actions keep their keys but carry no mass, so t is always the key of a legal action."""
+    keys, width = _order_keys(probs)
+    mass = probs.detach().to(torch.float64, copy=True).masked_fill_(~legal_mask, 0.0)  # illegal: no mass
+    key_t, above, total, scratch = _mass_threshold(keys, mass, width, p)
+    t = key_t.view(torch.float32 if width == 30 else torch.float64).double()
+    m = torch.ceil((p - above) / t)  # then exact corrections, as the division may round either way
+    m = torch.where(above + (m - 1) * t >= p, m - 1, m)
+    m = torch.where(above + m * t < p, m + 1, m)
+    m = m.clamp_(max=keys.shape[-1]).to(keys.dtype)  # t = 0 only when the mass is short of p
+    tie = (keys == key_t).logical_and_(legal_mask)
+    rank = torch.cumsum(tie, dim=-1, dtype=keys.dtype, out=scratch)  # 1-based rank of a tie, in id order
+    keep = (keys > key_t).logical_and_(legal_mask).logical_or_(tie.logical_and_(rank <= m))
+    return torch.where(total < p, legal_mask, keep)  # legal mass short of p: every legal action
+
+
+_CHUNK_BYTES = 1 << 23  # ~8 MB of float64 per row chunk: temporaries stay in the allocator's reused heap
+
+
+def _by_row_chunks(fn, *tensors: torch.Tensor) -> torch.Tensor:
+    """fn over blocks of rows of [..., A] tensors, reassembled (rows are independent). Small blocks
+    keep every temporary below the size that glibc serves from fresh pages, which would cost more
+    than the arithmetic."""
+    lead, width = tensors[0].shape[:-1], tensors[0].shape[-1]
+    flat = [t.reshape(-1, width) for t in tensors]
+    rows, step = flat[0].shape[0], max(1, _CHUNK_BYTES // (8 * max(1, width)))
+    out = fn(*flat) if rows <= step else torch.cat([fn(*(t[i:i + step] for t in flat)) for i in range(0, rows, step)])
+    return out.reshape(*lead, *out.shape[1:])
+
+
+def _soft_value_expanded(probs, q1, q2, selected, alpha) -> torch.Tensor:
+    """SAC-TOPP-3 in fewer passes: with w = π·1[P] and Z = Σ w,
+    Σ_P π_p (q − α log π_p) = (Σ w q + α Σ entr(w)) / Z + α log Z, entr(w) = −w log w (0 at w = 0)."""
+    w = probs.masked_fill(~selected, 0.0)
+    z = w.sum(-1)
+    return (torch.linalg.vecdot(w, _min_q(q1, q2)) + alpha * torch.special.entr(w).sum(-1)) / z + alpha * torch.log(z)
+
+
+def _check_top_p(probs: torch.Tensor, legal_mask: torch.Tensor, p: float, clause: str) -> None:
     _checks.in_range(p, 0.0, 1.0, "SAC-INPUT-3", "p")
     _checks.bool_mask(legal_mask, clause)
     _checks.same_shape(clause, probs=probs, legal_mask=legal_mask)
-    return torch.where(legal_mask, probs.detach(), torch.zeros_like(probs))  # select among legal only
 
 
-def top_p_select(probs: torch.Tensor, legal_mask: torch.Tensor, *, p: float, candidates: int = 256) -> torch.Tensor:
+def _legal_probs(probs: torch.Tensor, legal_mask: torch.Tensor) -> torch.Tensor:
+    return probs.detach().masked_fill(~legal_mask, 0.0)  # select among legal only
+
+
+def _select_sorted_legal(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -> torch.Tensor:
+    return _select_sorted(_legal_probs(probs, legal_mask), legal_mask, p)
+
+
+def _select_threshold_by_chunks(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -> torch.Tensor:
+    return _by_row_chunks(lambda pr, lm: _select_threshold(pr, lm, p), probs, legal_mask)
+
+
+_METHODS = {"threshold": _select_threshold_by_chunks, "sorted": _select_sorted_legal}
+
+
+def top_p_select(probs: torch.Tensor, legal_mask: torch.Tensor, *, p: float, method: str = "threshold"
+                 ) -> torch.Tensor:
     r"""The smallest legal set P with Σ_{a∈P} π(a) ≥ p, as a detached bool mask.
 
-    Actions are taken in decreasing probability (ties by lower index); an action is kept while the
-    mass before it is still below p, so the set is minimal and never empty. Sorting whole rows is the
-    costliest step over a character vocabulary, so when every row's best ``candidates − 1`` actions
-    reach p only the top ``candidates`` columns are sorted (the same set). ``candidates=0`` always
-    sorts whole rows.
+    Legal actions are ranked by decreasing probability, ties by lower action id; an action is kept
+    iff the mass ranked before it is < p, so the action whose mass reaches p exactly is kept and the
+    next one is not, and the set is never empty; p = 1 keeps every legal action. ``method``:
+    "threshold" (default, a radix search for the threshold, linear in |A|) or "sorted" (the plain
+    sort + cumsum formula, the oracle); both return the same set.
 
     Implements: SAC-TOPP-1 (bad input: SAC-INPUT-3).
     """
-    pi = _legal_probs(probs, legal_mask, p, "SAC-TOPP-1")
-    idx = _top_candidates(pi, p, candidates)
-    if idx is None:
-        return _select_sorted(pi, legal_mask, p)
-    sub = _select_sorted(pi.gather(-1, idx), legal_mask.gather(-1, idx), p)
-    return torch.zeros_like(legal_mask).scatter(-1, idx, sub)
+    _check_top_p(probs, legal_mask, p, "SAC-TOPP-1")
+    if p >= 1.0:
+        return legal_mask.clone()  # SAC-TOPP-1: p = 1 is no truncation, whatever the ε-clip adds
+    return _METHODS[method](probs, legal_mask, p)
 
 
 def top_p_probs(probs: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
@@ -81,16 +174,15 @@ def top_p_probs(probs: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
-def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p: float, candidates: int = 256) -> torch.Tensor:
+def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p: float, method: str = "threshold") -> torch.Tensor:
     r"""\hat V_soft(s') = Σ_{a∈P} π_p(a) [min_i Q'_i(o',a) − α log π_p(a)].
 
     Implements: SAC-TOPP-3.
     """
-    idx = _top_candidates(_legal_probs(probs, legal_mask, p, "SAC-TOPP-3"), p, candidates)
-    if idx is not None:  # the sum runs over P only, so the other columns can be dropped first
-        probs, q1, q2, legal_mask = (t.gather(-1, idx) for t in (probs, q1, q2, legal_mask))
-    selected = top_p_select(probs, legal_mask, p=p, candidates=0)
-    return _weighted_soft(top_p_probs(probs, selected), _min_q(q1, q2), selected, alpha)
+    selected = top_p_select(probs, legal_mask, p=p, method=method)
+    if method == "sorted":  # the plain formula, the oracle of the expanded one
+        return _weighted_soft(top_p_probs(probs, selected), _min_q(q1, q2), selected, alpha)
+    return _by_row_chunks(lambda *t: _soft_value_expanded(*t, alpha), probs, q1, q2, selected)
 
 
 def td_target(reward, done, next_value, *, gamma: float) -> torch.Tensor:

@@ -77,13 +77,21 @@ def temperature_loss(log_alpha, entropy, target_entropy) -> torch.Tensor:
     return log_alpha * (entropy.detach() - target_entropy.detach()).mean()
 
 
-def cql_penalty(q_all, actions, *, lam: float = 0.5) -> torch.Tensor:
-    r"""L_CQL = λ (E_o[log Σ_a exp Q(o,a)] − E_{(o,a)∼B}[Q(o,a)]) for one critic.
+def cql_penalty(q_all, actions, *, lam: float = 0.5, legal_mask=None) -> torch.Tensor:
+    r"""L_CQL = λ (E_o[log Σ_{a∈A(s)} exp Q(o,a)] − E_{(o,a)∼B}[Q(o,a)]) for one critic.
+
+    The log-sum-exp runs over the legal set (errata of SAC-CQL-1); ``legal_mask=None`` means every
+    action is legal.
 
     Implements: SAC-CQL-1.
     """
     _checks.index_in_range(actions, q_all.shape[-1], "SAC-CQL-1", "actions")
     taken = q_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    if legal_mask is not None:
+        _checks.bool_mask(legal_mask, "SAC-INPUT-2")
+        _checks.same_shape("SAC-INPUT-2", q_all=q_all, legal_mask=legal_mask)
+        _checks.rows_nonempty(legal_mask, "SAC-INPUT-2")
+        q_all = q_all.masked_fill(~legal_mask, float("-inf"))  # illegal actions leave the sum
     return lam * (torch.logsumexp(q_all, dim=-1).mean() - taken.mean())
 
 
@@ -98,3 +106,36 @@ def bc_loss(log_probs, actions, is_demo, *, lam: float = 0.1) -> torch.Tensor:
     demo = is_demo.to(nll.dtype)
     # an all-agent batch gives exactly 0 (still attached to the graph)
     return lam * (nll * demo).sum() / demo.sum().clamp_min(1.0)
+
+
+# ----------------------------------------------------------------------------- totals (appended)
+def critic_loss_total(q1_all, q2_all, actions, target, *, legal_mask=None, delta: float = 1.0,
+                      lam_cql: float = 0.5, use_cql: bool = True) -> torch.Tensor:
+    r"""L_Q^tot = L_Q + Σ_{i=1,2} L_CQL(φ_i): the Huber loss of both critics at the taken actions plus,
+    when ``use_cql``, one CQL term per critic (log-sum-exp over the legal set).
+
+    Implements: SAC-CRITIC-2.
+    """
+    _checks.same_shape("SAC-CRITIC-2", q1_all=q1_all, q2_all=q2_all)
+    idx = actions.long().unsqueeze(-1)
+    _checks.index_in_range(actions, q1_all.shape[-1], "SAC-CRITIC-2", "actions")
+    loss = critic_loss(q1_all.gather(-1, idx).squeeze(-1), q2_all.gather(-1, idx).squeeze(-1), target,
+                       delta=delta)  # SAC-CRITIC-1
+    if not use_cql:
+        return loss
+    return loss + sum(cql_penalty(q, actions, lam=lam_cql, legal_mask=legal_mask)
+                      for q in (q1_all, q2_all))  # SAC-CQL-1, one term per critic
+
+
+def policy_loss_total(probs, q1, q2, legal_mask, actions, is_demo, *, alpha, lam_bc: float = 0.1,
+                      p: float | None = None) -> torch.Tensor:
+    r"""L_π^tot = L_π + L_BC: option A (``p=None``) or option B (Top-p mass ``p``) plus behaviour
+    cloning on the demo rows, scored with log π of the full masked policy (not π_p).
+
+    Implements: SAC-POL-3.
+    """
+    if p is None:
+        loss_pi = policy_loss(probs, q1, q2, legal_mask, alpha=alpha)  # SAC-POL-1
+    else:
+        loss_pi = policy_loss_top_p(probs, q1, q2, legal_mask, alpha=alpha, p=p)  # SAC-POL-2
+    return loss_pi + bc_loss(torch.log(probs), actions, is_demo, lam=lam_bc)  # SAC-BC-1

@@ -14,11 +14,6 @@ def _fill_value(dtype: torch.dtype) -> float:
     return max(MASK_FILL, torch.finfo(dtype).min)
 
 
-def _eps_value(dtype: torch.dtype) -> float:
-    """1e-8, raised to the dtype's smallest normal number where 1e-8 would round to 0 (float16)."""
-    return max(PROB_EPS, torch.finfo(dtype).tiny)
-
-
 def masked_softmax(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: float = PROB_EPS) -> torch.Tensor:
     r"""Stable masked policy: shift, fill illegal logits, softmax, ε-clip.
 
@@ -31,9 +26,13 @@ def masked_softmax(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: float
     _checks.same_shape("SAC-INPUT-2", logits=logits, legal_mask=legal_mask)
     _checks.finite(logits, "SAC-INPUT-1", "logits")
     _checks.rows_nonempty(legal_mask, "SAC-INPUT-2")
-    shifted = logits - logits.max(dim=-1, keepdim=True).values  # SAC-MASK-1 shift
+    # SAC-MASK-1 shift by the max over the *legal* logits: equal in exact arithmetic, but a large
+    # illegal logit would otherwise round the legal ones together in low precision (SAC-MASK-3)
+    row_max = logits.masked_fill(~legal_mask, torch.finfo(logits.dtype).min).max(dim=-1, keepdim=True).values
+    shifted = logits - row_max
     masked = shifted.masked_fill(~legal_mask, _fill_value(logits.dtype))  # SAC-MASK-1 fill
-    return torch.softmax(masked, dim=-1).clamp_min(max(eps, _eps_value(logits.dtype)))  # SAC-MASK-2
+    # SAC-MASK-2: the caller's eps, raised only where it would round to 0 in the dtype (float16)
+    return torch.softmax(masked, dim=-1).clamp_min(max(eps, torch.finfo(logits.dtype).tiny))
 
 
 def legal_set(

@@ -1,6 +1,6 @@
 """Discrete max-entropy SAC on the char-level POMDP (seed 000 V2, the loop of §8), sized for a CPU.
 
-``rlconform train sac --out RUN [--updates N] [--resume] [--seed S] [--device cpu]``
+``rlconform train sac --out RUN [--updates N] [--resume] [--seed S] [--device cpu] [--dtype float32]``
 
 Per update: the B environments write one character each (the policy samples from the masked
 softmax; with probability ``teacher_ratio`` the teacher overrides and the step goes to the demo
@@ -10,6 +10,13 @@ rows, temperature step on log α, soft target update. Every math line calls a pu
 ``reference_impl.sac`` and cites its clause. Held-out (later-January) text is evaluated every
 ``eval_every`` updates: next-character top-1/top-3 hits and 4-gram coverage of free generation,
 against a unigram-frequency baseline.
+
+The corpus, the environments and the replay buffers are CPU tensor code (the host side); the
+networks, action sampling and the update run on ``--device`` in ``--dtype``. Data-parallel:
+``torchrun --nproc_per_node N -m reference_impl.sac.trainer ...``: each process writes its own
+``env.n_envs`` passages into its own buffers (per-rank seed), DDP averages the critic and policy
+gradients of the per-process batches, the temperature step sees the entropies of all ranks, and
+rank 0 evaluates and writes metrics and checkpoints (which hold every rank's buffers).
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import time
 import torch
 
 from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.common import distributed as ddp
 from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
 from reference_impl.sac.corpus import UNK, Corpus, load_corpus
 from reference_impl.sac.data import dagger_teacher_ratio, mix_counts
@@ -35,6 +43,7 @@ from reference_impl.sac.replay import Replay, merge
 from reference_impl.sac.updates import soft_update
 
 D = defaults()
+HOST = torch.device("cpu")  # the corpus, CharEnv, the replay buffers and the evaluation are CPU tensor code
 
 
 @dataclasses.dataclass
@@ -48,7 +57,7 @@ class Config:
     d_model: int = 64  # embedding width d (spec default 128, scaled down for CPU)
     gru_hidden: int = 128  # width of c_t (spec's GRU hidden 256, scaled down for CPU)
     encoder: str = "conv"  # window encoder of §4: "conv" (whole-window kernel, CPU default) or "gru"
-    batch_size: int = 256  # training batch B (spec default 2048, scaled down for CPU)
+    batch_size: int = 256  # training batch B per process (spec default 2048, scaled down for CPU)
     buffer_capacity: int = 100_000  # capacity of each of the agent and demo buffers
     learning_starts: int = 1024  # transitions stored before the first gradient step
     lr_pi: float = 3e-3  # policy Adam step (spec 3e-4; raised for runs of about a thousand updates)
@@ -77,23 +86,29 @@ class Config:
     eval_passages: int = 32  # held-out passages written freely for the coverage metric
     eval_len: int = 64  # characters written per evaluation passage
     eval_ngram: int = 4  # n of the evaluation coverage (the §10 gate uses 4-grams)
-    top_p_candidates: int = 256  # actions per row handed to the exact Top-p backup (0: all |Σ|)
     kpi_rows: int = 32  # batch rows whose Top-p coverage is logged
     ckpt_every: int = 250  # updates between checkpoints (and one at the end)
+    dtype: str = "float32"  # dtype of the networks, log α and the update tensors (float32, float64, bfloat16)
 
 
 # ---------------------------------------------------------------------------------------------- setup
-def build(cfg: Config, device: str):
+def build(cfg: Config, d: ddp.Dist, dtype: torch.dtype = torch.float32):
+    device = d.device
     corpus = load_corpus(vocab_size=cfg.vocab_size, max_lines=cfg.max_lines, heldout_frac=cfg.heldout_frac)
-    g = seed_everything(cfg.seed)
+    seed_everything(cfg.seed)  # network initialisation: the same on every rank
+    seed = ddp.rank_seed(cfg.seed, d.rank)
+    g = torch.Generator().manual_seed(seed)  # host side: passages, teacher coins, replay draws of this rank
+    g_act = torch.Generator(device).manual_seed(seed)  # the policy's action samples, on the trainer's device
     V, enc = corpus.vocab_size, {"kind": cfg.encoder, "window": cfg.env.history}
-    policy = PolicyNet(V, cfg.d_model, cfg.gru_hidden, **enc).to(device)
-    critic = TwinQ(V, cfg.d_model, cfg.gru_hidden, **enc).to(device)
-    target = TwinQ(V, cfg.d_model, cfg.gru_hidden, **enc).to(device).requires_grad_(False)
+    policy = PolicyNet(V, cfg.d_model, cfg.gru_hidden, **enc).to(device, dtype)
+    critic = TwinQ(V, cfg.d_model, cfg.gru_hidden, **enc).to(device, dtype)
+    target = TwinQ(V, cfg.d_model, cfg.gru_hidden, **enc).to(device, dtype).requires_grad_(False)
     target.load_state_dict(critic.state_dict())  # \bar φ_i ← φ_i
-    log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
+    log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, dtype=dtype, requires_grad=True)
     s = {
-        "corpus": corpus, "g": g, "policy": policy, "critic": critic, "target": target, "log_alpha": log_alpha,
+        "corpus": corpus, "g": g, "g_act": g_act, "seed": seed, "dist": d, "dtype": dtype,
+        "policy": policy, "critic": critic, "target": target, "log_alpha": log_alpha,
+        "ddp_policy": ddp.wrap(policy, d), "ddp_critic": ddp.wrap(critic, d),  # gradients averaged over ranks
         "opt_pi": torch.optim.Adam(policy.parameters(), lr=cfg.lr_pi),
         "opt_q": torch.optim.Adam(critic.parameters(), lr=cfg.lr_q),
         "opt_alpha": torch.optim.Adam([log_alpha], lr=cfg.lr_alpha),
@@ -106,23 +121,30 @@ def build(cfg: Config, device: str):
     return s
 
 
-def _state(s: dict, update: int) -> dict:
+def _state(s: dict, update: int) -> dict | None:
+    """The checkpoint (on rank 0; None elsewhere): shared networks once, rank-local state per rank."""
+    local = {"env": s["env"].state_dict(), "agent_buf": s["agent_buf"].state_dict(),
+             "demo_buf": s["demo_buf"].state_dict(), "count": dict(s["count"]), "rng": ddp.rng_state(s["g"], s["g_act"])}
+    ranks = ddp.gather_to_writer(local, s["dist"])
+    if ranks is None:
+        return None
     return {"update": update, "policy": s["policy"].state_dict(), "critic": s["critic"].state_dict(),
             "target": s["target"].state_dict(), "log_alpha": s["log_alpha"].detach().clone(),
             "opt_pi": s["opt_pi"].state_dict(), "opt_q": s["opt_q"].state_dict(), "opt_alpha": s["opt_alpha"].state_dict(),
-            "env": s["env"].state_dict(), "agent_buf": s["agent_buf"].state_dict(),
-            "demo_buf": s["demo_buf"].state_dict(), "count": dict(s["count"]), "rng": s["g"].get_state(),
-            "torch_rng": torch.get_rng_state()}
+            "ranks": ranks}
 
 
 def _restore(s: dict, ck: dict) -> int:
-    for k in ("policy", "critic", "target", "opt_pi", "opt_q", "opt_alpha", "env", "agent_buf", "demo_buf"):
+    """Load a checkpoint saved on any device; this rank takes its own env, buffers and random state."""
+    local = ddp.per_rank(ck["ranks"], s["dist"])
+    for k in ("policy", "critic", "target", "opt_pi", "opt_q", "opt_alpha"):
         s[k].load_state_dict(ck[k])
+    for k in ("env", "agent_buf", "demo_buf"):
+        s[k].load_state_dict(local[k])
     with torch.no_grad():
         s["log_alpha"].copy_(ck["log_alpha"])
-    s["count"].update(ck["count"])
-    s["g"].set_state(ck["rng"])
-    torch.set_rng_state(ck["torch_rng"])
+    s["count"].update(local["count"])
+    ddp.set_rng_state(local["rng"], s["g"], s["g_act"], reseed=s["seed"])
     s["env"].reset()  # episodes in flight at the checkpoint restart on fresh passages
     return int(ck["update"])
 
@@ -133,10 +155,14 @@ def _f(t: torch.Tensor) -> float:
 
 
 def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
-    """One gradient step of §8 on a merged agent/demo batch; returns the diagnostics."""
+    """One gradient step of §8 on a merged agent/demo batch; returns the diagnostics.
+
+    ``s["ddp_critic"]``/``s["ddp_policy"]`` (DDP under torchrun, else the bare networks) carry the
+    forwards whose gradients are averaged over ranks; no-grad forwards use the bare networks.
+    """
     policy, critic, target, env = s["policy"], s["critic"], s["target"], s["env"]
-    dev = s["log_alpha"].device
-    b = {k: v.to(dev) for k, v in batch.items()}
+    dev, dt = s["log_alpha"].device, s["log_alpha"].dtype
+    b = {k: v.to(dev, dt) if v.is_floating_point() else v.to(dev) for k, v in batch.items()}
     obs, a, r, nxt, done, is_demo = b["obs"], b["action"], b["reward"], b["next_obs"], b["done"], b["is_demo"]
     legal = env.legal_mask(b["obs"].cpu()).to(dev)
     legal_next = env.legal_mask(b["next_obs"].cpu()).to(dev)
@@ -146,28 +172,27 @@ def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
     with torch.no_grad():
         pi_next = masked_softmax(policy(nxt), legal_next)  # SAC-MASK-1, SAC-MASK-2
         q1_t, q2_t = target(nxt)
-        v_next = top_p_soft_value(pi_next, q1_t, q2_t, legal_next, alpha=alpha, p=cfg.top_p,
-                                  candidates=cfg.top_p_candidates)  # SAC-TOPP-3
+        v_next = top_p_soft_value(pi_next, q1_t, q2_t, legal_next, alpha=alpha, p=cfg.top_p)  # SAC-TOPP-3
         y = td_target(r, done, v_next, gamma=cfg.gamma)  # SAC-TD-1
-        k = cfg.kpi_rows  # the KPI on a slice: the Top-p sort is the costliest op of the update
+        k = cfg.kpi_rows  # the coverage KPI on a slice of the batch: a diagnostic, not the backup
         sel = top_p_select(pi_next[:k], legal_next[:k], p=cfg.top_p)  # SAC-TOPP-1
         top_p_cov = (pi_next[:k] * sel).sum(-1).mean()  # SAC-TOPP-4 monitor
 
     # --- critic: twin-Q Huber (+ CQL)
-    q1_all, q2_all = critic(obs)
+    q1_all, q2_all = s["ddp_critic"](obs)
     q1, q2 = q1_all.gather(1, a[:, None]).squeeze(1), q2_all.gather(1, a[:, None]).squeeze(1)
     loss_q = critic_loss(q1, q2, y, delta=cfg.huber_delta)  # SAC-CRITIC-1
     loss_cql = torch.zeros((), device=dev)
     if cfg.use_cql:
-        loss_cql = (cql_penalty(q1_all, a, lam=cfg.lambda_cql)
-                    + cql_penalty(q2_all, a, lam=cfg.lambda_cql))  # SAC-CQL-1, one term per critic
+        loss_cql = (cql_penalty(q1_all, a, lam=cfg.lambda_cql, legal_mask=legal)
+                    + cql_penalty(q2_all, a, lam=cfg.lambda_cql, legal_mask=legal))  # SAC-CQL-1 (legal set), one term per critic
     s["opt_q"].zero_grad(set_to_none=True)
     (loss_q + loss_cql).backward()  # L_Q^tot = L_Q + L_CQL (SAC-CRITIC-1, SAC-CQL-1)
     torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.grad_clip)
     s["opt_q"].step()
 
     # --- policy: expected loss (option A or B) + BC on demo rows, against the updated critics
-    pi = masked_softmax(policy(obs), legal)  # SAC-MASK-1, SAC-MASK-2
+    pi = masked_softmax(s["ddp_policy"](obs), legal)  # SAC-MASK-1, SAC-MASK-2
     with torch.no_grad():
         q1_c, q2_c = critic(obs)
     if cfg.policy_use_topp:
@@ -180,10 +205,11 @@ def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
     torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
     s["opt_pi"].step()
 
-    # --- temperature: an entropy deficit raises α; α stays in [alpha_min, alpha_max]
+    # --- temperature: an entropy deficit raises α; α stays in [alpha_min, alpha_max]; every rank
+    # steps on the entropies of all ranks' rows, so log α stays the same everywhere
     with torch.no_grad():
-        H = entropy(pi.detach(), legal)  # SAC-ENT-2
-        H_tgt = target_entropy(legal, kappa=cfg.kappa).to(H.dtype)  # SAC-ENT-1
+        H = ddp.gather_cat(entropy(pi.detach(), legal), s["dist"])  # SAC-ENT-2
+        H_tgt = ddp.gather_cat(target_entropy(legal, kappa=cfg.kappa).to(H.dtype), s["dist"])  # SAC-ENT-1
     if cfg.alpha_optimizer == "adam":
         loss_alpha = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
         s["opt_alpha"].zero_grad(set_to_none=True)
@@ -212,7 +238,7 @@ def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
 # ---------------------------------------------------------------------------------------------- evaluation
 def _scores_policy(policy, dev):
     def score(obs: torch.Tensor) -> torch.Tensor:
-        return policy(obs.to(dev)).cpu()
+        return policy(obs.to(dev)).float().cpu()  # the evaluation runs on the host, in float32 or wider
     return score
 
 
@@ -226,13 +252,13 @@ def _scores_unigram(corpus: Corpus):
 def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config) -> dict:
     """Held-out next-character hits (teacher-forced windows) and free-generation 4-gram coverage.
 
-    ``score(obs) -> logits [N, V]``; the legal mask and the ε-clipped masked softmax of the
-    policy apply to both the policy and the unigram baseline.
+    ``score(obs) -> logits [N, V]`` on the host; the legal mask and the ε-clipped masked softmax of
+    the policy apply to both the policy and the unigram baseline.
     """
     held, m = corpus.heldout, env_cfg.history
     g = torch.Generator().manual_seed(1234)  # the same positions and passages at every evaluation
-    pos = torch.randint(m, len(held), (cfg.eval_positions,), generator=g)
-    obs = held[pos[:, None] - m + torch.arange(m)]
+    pos = torch.randint(m, len(held), (cfg.eval_positions,), generator=g, device=HOST)
+    obs = held[pos[:, None] - m + torch.arange(m, device=HOST)]
     ev_cfg = dataclasses.replace(env_cfg, n_envs=cfg.eval_passages, horizon=cfg.eval_len)
     ev = CharEnv(corpus, held, ev_cfg, generator=g, reward=False)
     pi = masked_softmax(score(obs), ev.legal_mask(obs))  # SAC-MASK-1, SAC-MASK-2
@@ -240,9 +266,9 @@ def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config) -> dict:
     tgt = held[pos]
     hit1 = (top[:, 0] == tgt) & (tgt != UNK)
     hit3 = (top == tgt[:, None]).any(-1) & (tgt != UNK)
-    starts = torch.randint(m, len(held) - cfg.eval_len, (cfg.eval_passages,), generator=g)
+    starts = torch.randint(m, len(held) - cfg.eval_len, (cfg.eval_passages,), generator=g, device=HOST)
     o = ev.reset(starts=starts)
-    tail_dirty = torch.zeros(cfg.eval_passages, dtype=torch.bool)
+    tail_dirty = torch.zeros(cfg.eval_passages, dtype=torch.bool, device=HOST)
     for _ in range(cfg.eval_len):
         legal = ev.legal_mask()
         a = masked_softmax(score(o), legal).argmax(-1)  # greedy writing
@@ -277,26 +303,31 @@ def _eval_record(s: dict, base: dict, baseline: dict, cfg: Config, device: str, 
 
 def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: str = "cpu") -> list[dict]:
     torch.set_num_threads(cfg.threads)
-    rd = RunDir(out, family="sac", config=cfg, resume=resume)
-    s = build(cfg, device)
+    d = ddp.setup(device)  # one process, or this rank of a torchrun job
+    device = d.device
+    rd = RunDir(out, family="sac", config=cfg, resume=resume, writer=d.is_writer)
+    s = build(cfg, d, ddp.resolve_dtype(cfg.dtype))
     start = _restore(s, ck) if resume and (ck := rd.load()) is not None else 0
     env, corpus, g, cnt = s["env"], s["corpus"], s["g"], s["count"]
-    base = evaluate(_scores_unigram(corpus), corpus, cfg.env, cfg)  # unigram-frequency baseline
-    baseline = {f"baseline_{k}": base[k] for k in ("top1_hit", "top3_hit", "coverage")}
+    if d.is_writer:  # rank 0 evaluates; the others only train
+        base = evaluate(_scores_unigram(corpus), corpus, cfg.env, cfg)  # unigram-frequency baseline
+        baseline = {f"baseline_{k}": base[k] for k in ("top1_hit", "top3_hit", "coverage")}
     obs, B, t0 = env.observe(), cfg.env.n_envs, time.time() - cnt["seconds"]  # minutes carry over a resume
     last = {}
-    if start == 0:  # the untrained policy: the start of every learning curve
+    if start == 0 and d.is_writer:  # the untrained policy: the start of every learning curve
         rec0 = _eval_record(s, base, baseline, cfg, device, t0)
         rec0.pop("sample")
         rd.log(update=0, **rec0)
-    for update in progress(range(start + 1, updates + 1), total=updates - start, desc="sac", initial=0):
-        # --- act: the masked, ε-clipped softmax of the policy; the teacher overrides a share of rows
+    for update in progress(range(start + 1, updates + 1), total=updates - start, desc="sac", initial=0,
+                           disable=None if d.is_writer else True):
+        # --- act: the masked, ε-clipped softmax of the policy, sampled on the device; the teacher
+        # (host side) overrides a share of rows
         ratio = dagger_teacher_ratio(cnt["env_steps"], start=cfg.dagger_start, end=cfg.dagger_end,
                                      horizon=cfg.dagger_horizon)  # SAC-DAGGER-1
         with torch.no_grad():
-            pi = masked_softmax(s["policy"](obs.to(device)).cpu(), env.legal_mask())  # SAC-MASK-1, SAC-MASK-2
-        action = torch.multinomial(pi, 1, generator=g).squeeze(1)
-        teacher = torch.rand(B, generator=g) < ratio
+            pi = masked_softmax(s["policy"](obs.to(device)), env.legal_mask().to(device))  # SAC-MASK-1, SAC-MASK-2
+            action = torch.multinomial(pi.float(), 1, generator=s["g_act"]).squeeze(1).cpu()  # one transfer per step
+        teacher = torch.rand(B, generator=g, device=HOST) < ratio
         next_obs, reward, done, info = env.step(action, teacher)
 
         # --- dual buffer: teacher steps are demo rows (is_demo = 1), the rest agent rows
@@ -305,39 +336,42 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
               "is_demo": demo, "is_relabeled": info["is_relabeled"]}
         s["demo_buf"].add(**{k: v[demo] for k, v in tr.items()})
         s["agent_buf"].add(**{k: v[~demo] for k, v in tr.items()})
+        counts = torch.stack([info["illegal"].sum(), done.sum(), info["early"].sum(), demo.sum(),
+                              info["is_relabeled"].sum(), info["teacher_rejected"].sum(), (~demo).sum(),
+                              ((info["bonus"] > 0) & ~demo).sum()]).tolist()  # host tensors, one conversion
         cnt["env_steps"] += B
-        cnt["illegal"] += int(info["illegal"].sum())
-        cnt["episodes"] += int(done.sum())
-        cnt["early"] += int(info["early"].sum())
-        cnt["teacher"] += int(demo.sum())
-        cnt["relabeled"] += int(info["is_relabeled"].sum())
-        cnt["rejected"] += int(info["teacher_rejected"].sum())
-        cnt["agent_steps"] += int((~demo).sum())
-        cnt["agent_bonus_hits"] += int(((info["bonus"] > 0) & ~demo).sum())  # the agent's own bigrams
+        for key, n in zip(("illegal", "episodes", "early", "teacher", "relabeled", "rejected", "agent_steps",
+                           "agent_bonus_hits"), counts):  # agent_bonus_hits: the agent's own bigrams
+            cnt[key] += int(n)
         obs = env.reset(done)
 
-        # --- learn on a ρ : (1 - ρ) agent/demo batch
-        rec = {"update": update, "env_steps": cnt["env_steps"], "teacher_ratio": ratio,
+        # --- learn on a ρ : (1 - ρ) agent/demo batch (every rank has the same number of rows stored)
+        tot = ddp.reduce_metrics({k: v for k, v in cnt.items() if k != "seconds"}, d,
+                                 total=[k for k in cnt if k != "seconds"])  # counts of all ranks
+        rec = {"update": update, "env_steps": tot["env_steps"], "teacher_ratio": ratio,
                "reward_mean": float(reward.mean()), **env.popart_stats(),
-               "illegal_rate": cnt["illegal"] / cnt["env_steps"],
-               "early_termination_rate": cnt["early"] / max(cnt["episodes"], 1),
-               "relabel_rate": cnt["relabeled"] / max(cnt["teacher"], 1),
-               "teacher_reject_rate": cnt["rejected"] / max(cnt["teacher"] + cnt["rejected"], 1),
-               "bigram_hit_rate": cnt["agent_bonus_hits"] / max(cnt["agent_steps"], 1)}
+               "illegal_rate": tot["illegal"] / tot["env_steps"],
+               "early_termination_rate": tot["early"] / max(tot["episodes"], 1),
+               "relabel_rate": tot["relabeled"] / max(tot["teacher"], 1),
+               "teacher_reject_rate": tot["rejected"] / max(tot["teacher"] + tot["rejected"], 1),
+               "bigram_hit_rate": tot["agent_bonus_hits"] / max(tot["agent_steps"], 1)}
         if len(s["agent_buf"]) + len(s["demo_buf"]) >= cfg.learning_starts:
             n_agent, n_demo = mix_counts(cfg.batch_size, rho=cfg.rho)  # SAC-MIX-1
             n_agent, n_demo = _lend_quota(n_agent, n_demo, len(s["agent_buf"]), len(s["demo_buf"]))
             batch = merge(s["agent_buf"].sample(n_agent, g) if n_agent else None,
                           s["demo_buf"].sample(n_demo, g) if n_demo else None)
             rec.update(sac_update(s, batch, cfg))
-        if update % cfg.eval_every == 0 or update == updates:
+        rec = ddp.reduce_metrics(rec, d)  # rank means of the float metrics (the rates above are already global)
+        if d.is_writer and (update % cfg.eval_every == 0 or update == updates):
             rec.update(_eval_record(s, base, baseline, cfg, device, t0))
             last = {**rec}
             rec.pop("sample")
         rd.log(**rec)
         if update % cfg.ckpt_every == 0 or update == updates:
             cnt["seconds"] = time.time() - t0
-            rd.save(_state(s, update))
+            state = _state(s, update)  # a collective: every rank hands over its buffers
+            if state is not None:
+                rd.save(state)
     return [last] if last else []
 
 
@@ -347,7 +381,8 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", "--steps", dest="updates", type=int, default=1200, help="total updates (one env step of all envs + one gradient step each)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="device of the networks, sampling and update (cuda: cuda:LOCAL_RANK per process)")
+    p.add_argument("--dtype", choices=sorted(ddp.DTYPES), default=None, help="dtype of the networks and the update (float32)")
     p.add_argument("--n-envs", type=int, default=None, help="parallel passages B")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--vocab-size", type=int, default=None)
@@ -365,7 +400,7 @@ def cli(argv: list[str] | None = None) -> int:
     for flag, field in (("n_envs", "env.n_envs"), ("batch_size", "batch_size"), ("vocab_size", "vocab_size"),
                         ("eval_every", "eval_every"), ("ckpt_every", "ckpt_every"),
                         ("alpha_optimizer", "alpha_optimizer"), ("teacher_mode", "env.teacher_mode"),
-                        ("dagger_horizon", "dagger_horizon")):
+                        ("dagger_horizon", "dagger_horizon"), ("dtype", "dtype")):
         if getattr(a, flag) is not None:
             a.set.append(f"{field}={getattr(a, flag)!r}")
     if a.no_cql:
@@ -374,6 +409,7 @@ def cli(argv: list[str] | None = None) -> int:
         a.set.append("policy_use_topp=True")
     cfg = apply_overrides(cfg, a.set)
     last = train(cfg, a.out, updates=a.updates, resume=a.resume, device=a.device)
+    ddp.teardown()
     if last:
         r = last[0]
         print(f"update {r['update']}: top1 {r['top1_hit']:.3f} (unigram {r['baseline_top1_hit']:.3f}), "
@@ -400,3 +436,9 @@ def apply_overrides(cfg: Config, pairs: list[str]) -> Config:
     if unknown:
         raise ValueError(f"unknown config field(s): {', '.join(unknown)}")
     return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env_kw), **kw)
+
+
+if __name__ == "__main__":  # torchrun --nproc_per_node N -m reference_impl.sac.trainer --out DIR --updates U
+    import sys
+
+    sys.exit(cli(sys.argv[1:]))

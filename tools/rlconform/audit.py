@@ -1,25 +1,56 @@
-"""Run the suite against an implementation and turn per-test results into a clause report.
+"""Run the suite against an implementation and turn per-test results into a clause verdict.
 
-``run_suite`` runs pytest in-process with the rlconform plugin and returns its per-test JSON;
-``clause_report`` folds that into one status per clause; ``render_checklist`` writes the
-grey-release checklist (Markdown) that ``rlconform audit`` prints and saves.
+``run_suite`` runs pytest in a child process isolated from the caller's configuration (its own
+rootdir and ini file, ``PYTEST_ADDOPTS`` and plugin auto-loading off, xdist only when asked for),
+reads the child's event stream as it goes (progress, and a record that survives a crash), kills
+and resumes the child when a test hangs beyond its budget, and marks what never ran as *not run*.
+``clause_report`` folds the tests into one status per clause; ``exit_code`` is the verdict a
+release can be gated on; ``render_checklist`` writes the grey-release checklist, findings first.
 """
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import datetime as dt
 import functools
-import io
 import json
+import os
 import platform
+import re
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from rlconform.expectations import load_expectations
 from rlconform.spec import Spec, default_spec
 
-STATUSES = ("fail", "error", "expected_fail", "pass", "not_applicable")
-_ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "expected_fail": "XFAIL", "not_applicable": "N/A", "untested": "UNTESTED"}
+# Exit codes of `rlconform audit` (documented in the README).
+EXIT_OK, EXIT_MUST_FAILED, EXIT_USAGE, EXIT_IMPL, EXIT_SUITE = 0, 1, 2, 3, 4
+
+STATUSES = ("fail", "error", "timeout", "expected_fail", "not_run", "untested", "pass", "not_applicable")
+FAILED = ("fail", "error", "timeout")
+_ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT", "expected_fail": "XFAIL",
+         "not_applicable": "N/A", "not_run": "NOT RUN", "untested": "UNTESTED"}
+# How much a failing test tells a reader: a hand-computed golden value first, a property last.
+_KIND_RANK = {"golden": 0, "example": 1, "property": 2}
+_STATUS_RANK = {"error": 0, "timeout": 1, "fail": 2, "expected_fail": 3}
+HANG_GRACE = 30.0  # seconds past a test's own budget before the watchdog kills the child
+_INI = """[pytest]
+addopts =
+markers =
+    clause(*ids): the spec clause(s) this test checks
+    meta: tests of the suite itself (not run by audits)
+filterwarnings =
+    ignore::DeprecationWarning
+    ignore::pytest.PytestAssertRewriteWarning
+"""
+
+
+class SuiteError(RuntimeError):
+    """The suite itself could not run (internal error, crash): exit 4, never a verdict."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,6 +72,81 @@ def _clause_files() -> dict[str, frozenset[str]]:
     return {c: frozenset(v) for c, v in out.items()}
 
 
+def child_env() -> dict[str, str]:
+    """The caller's environment without what would reconfigure the child's pytest."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the child has reported so far (rebuilt from its event stream)."""
+    tests: dict[str, dict] = dataclasses.field(default_factory=dict)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    in_flight: dict[str, float] = dataclasses.field(default_factory=dict)
+    finished: dict | None = None
+    preflight_error: str | None = None
+    offset: int = 0
+
+    def read(self, path: Path, on_event: Callable[[dict], None] | None) -> None:
+        if not path.exists():
+            return
+        with open(path, encoding="utf-8") as f:
+            f.seek(self.offset)
+            while True:
+                line = f.readline()
+                if not line.endswith("\n"):  # a line still being written: read it next time
+                    break
+                self.offset = f.tell()
+                ev = json.loads(line)
+                self._apply(ev)
+                if on_event:
+                    on_event(ev)
+
+    def _apply(self, ev: dict) -> None:
+        kind = ev.get("event")
+        if kind == "collected":
+            for nodeid, rec in ev["tests"].items():
+                self.tests.setdefault(nodeid, rec)
+            self.info["unmatched_expectations"] = ev.get("unmatched_expectations", [])
+        elif kind == "start":
+            self.in_flight = {ev["nodeid"]: ev["t"]}
+        elif kind == "result":
+            self.tests[ev["nodeid"]] = ev["record"]
+        elif kind == "finish":
+            self.in_flight.pop(ev["nodeid"], None)
+        elif kind == "finished":
+            self.finished = ev
+            self.info["unmatched_expectations"] = ev.get("unmatched_expectations", [])
+        elif kind == "preflight":
+            self.preflight_error = ev["error"]
+
+    def done(self) -> set[str]:
+        return {n for n, r in self.tests.items() if r.get("outcome") not in (None, "not_run")}
+
+
+def _child_args(tmp: Path, targets: list[str], *, impl, profile, device, clauses, families, expectations,
+                jobs, timeout, seed, events: Path, skip: Path, extra: Iterable[str]) -> list[str]:
+    import conformance_tests
+
+    # rootdir above the package, so node ids name their file; the ini file is our own, not the caller's
+    rootdir = Path(conformance_tests.__file__).resolve().parent.parent
+    args = [sys.executable, "-m", "pytest", *targets, "-c", str(tmp / "pytest.ini"), "--rootdir", str(rootdir),
+            "-p", "conformance_tests.plugin", "-p", "_hypothesis_pytestplugin", "-p", "no:cacheprovider",
+            "-m", "not meta", "-q", "--no-header", "-rN",
+            "--rlconform-profile", profile, "--rlconform-device", device,
+            "--rlconform-events", str(events), "--rlconform-skip-file", str(skip)]
+    for flag, value in (("impl", impl), ("clauses", ",".join(clauses or ())), ("families", ",".join(families or ())),
+                        ("expectations", expectations), ("timeout", timeout), ("seed", seed)):
+        if value not in (None, ""):
+            args += [f"--rlconform-{flag}", str(value)]
+    if jobs and jobs > 1:
+        args += ["-p", "xdist.plugin", "-n", str(jobs)]
+    return args + list(extra)
+
+
 def run_suite(
     impl: str | None = None,
     *,
@@ -49,90 +155,215 @@ def run_suite(
     clauses: Iterable[str] | None = None,
     families: Iterable[str] | None = None,
     expectations: str | None = None,
-    quiet: bool = False,
+    jobs: int | None = None,
+    timeout: float | None = None,
+    seed: int | None = None,
+    budget: float | None = None,
+    grace: float = HANG_GRACE,
+    on_event: Callable[[dict], None] | None = None,
+    log: str | Path | None = None,
     extra: Iterable[str] = (),
 ) -> dict:
-    """Run ``conformance_tests`` (meta-tests excluded) and return the plugin's per-test payload."""
-    import pytest
+    """Run ``conformance_tests`` (meta-tests excluded) in a child pytest and return the per-test payload.
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "tests.json"
-        # With a clause filter, collect only the files that hold those clauses' tests (mutant runs).
-        files = sorted(set().union(*(_clause_files().get(c, frozenset()) for c in clauses))) if clauses else []
-        target = files if files else ["--pyargs", "conformance_tests"]
-        args = [*target, "-m", "not meta", "-p", "no:cacheprovider",
-                "--profile", profile, "--device", device, "--rlconform-report", str(out),
-                "-W", "ignore::pytest.PytestAssertRewriteWarning"]
-        if impl:
-            args += ["--impl", impl]
-        if clauses:
-            args += ["--clauses", ",".join(clauses)]
-        if families:
-            args += ["--families", ",".join(families)]
-        if expectations:
-            args += ["--expectations", expectations]
-        args += ["-q", "--no-header"] if not quiet else ["-qq", "--no-header", "--disable-warnings"]
-        args += list(extra)
-        sink = io.StringIO()
-        with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-            code = pytest.main(args)
-        if not out.exists():
-            raise RuntimeError(f"the suite did not run (pytest exit code {int(code)}):\n{sink.getvalue()[-3000:]}")
-        payload = json.loads(out.read_text(encoding="utf-8"))
-    payload["pytest_exit"] = int(code)
-    return payload
+    A test that outlives its budget (``timeout`` + a grace period) is marked *timeout* and the child is
+    restarted on the tests not yet run; ``budget`` bounds the whole run (what is left is *not run*);
+    Ctrl-C stops the child and returns what ran, marked interrupted.
+    """
+    from conformance_tests.preflight import resolve_impl_string
+    from conformance_tests.runtime import DEFAULT_TIMEOUT
+
+    impl = resolve_impl_string(impl)  # always named: the plugin activates in an xdist controller too
+    clauses = list(clauses or ())
+    files = sorted(set().union(*(_clause_files().get(c, frozenset()) for c in clauses))) if clauses else []
+    targets = files or ["--pyargs", "conformance_tests"]
+    per_test = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    state, started = _Run(), time.time()
+    hung: list[str] = []
+    interrupted = budget_exhausted = False
+    with tempfile.TemporaryDirectory(prefix="rlconform-audit-") as tmpdir:
+        tmp = Path(tmpdir)
+        (tmp / "pytest.ini").write_text(_INI, encoding="utf-8")
+        events, skip = tmp / "events.jsonl", tmp / "skip.txt"
+        skip.write_text("", encoding="utf-8")
+        log_file = open(log, "w", encoding="utf-8") if log else open(tmp / "pytest.log", "w", encoding="utf-8")
+        try:
+            while True:
+                args = _child_args(tmp, targets, impl=impl, profile=profile, device=device, clauses=clauses,
+                                   families=families, expectations=expectations, jobs=jobs, timeout=timeout,
+                                   seed=seed, events=events, skip=skip, extra=extra)
+                proc = subprocess.Popen(args, cwd=tmp, env=child_env(), stdout=log_file, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+                state.finished = None
+                try:
+                    reason = _watch(proc, state, events, on_event, per_test + grace if per_test else 0, started,
+                                    budget)
+                except KeyboardInterrupt:
+                    _stop(proc)
+                    state.read(events, on_event)
+                    interrupted = True
+                    break
+                state.read(events, on_event)
+                if reason == "budget":
+                    budget_exhausted = True
+                    break
+                if reason == "hang":
+                    nodeid = next(iter(state.in_flight))
+                    hung.append(nodeid)
+                    rec = state.tests.setdefault(nodeid, {"clauses": [], "kind": "example", "meta": False})
+                    rec.update(outcome="timeout", message=f"{nodeid} did not finish within {per_test:g} s "
+                                                          f"(+{grace:g} s grace); the process was stopped")
+                    state.in_flight = {}
+                    skip.write_text("\n".join(sorted(state.done() | set(hung))) + "\n", encoding="utf-8")
+                    continue
+                break
+            log_file.flush()
+            log_text = Path(log_file.name).read_text(encoding="utf-8", errors="replace")
+        finally:
+            log_file.close()
+    fin = state.finished or {}
+    if state.preflight_error is None and not fin and not (interrupted or budget_exhausted):
+        raise SuiteError(f"the test process ended without finishing (exit {proc.returncode}):\n{log_text[-3000:]}")
+    if fin.get("exitstatus") in (3, 4) and not state.preflight_error:
+        raise SuiteError(f"pytest could not run the suite (exit {fin['exitstatus']}):\n{log_text[-3000:]}")
+    for rec in state.tests.values():
+        if rec.get("outcome") is None:
+            rec["outcome"] = "not_run"
+    return {
+        "impl": impl, "profile": profile, "device": device, "families": list(families or ()), "clauses": clauses,
+        "tests": state.tests, "preflight_error": state.preflight_error,
+        "expectations": load_expectations(expectations, default_spec().clauses),
+        "unmatched_expectations": state.info.get("unmatched_expectations", []),
+        "interrupted": interrupted or bool(fin.get("interrupted")) and not hung,
+        "budget_exhausted": budget_exhausted, "hung": hung, "pytest_exit": fin.get("exitstatus"),
+        "started": started, "finished": time.time(), "log_tail": log_text[-3000:],
+    }
 
 
+def _watch(proc, state: _Run, events: Path, on_event, hang_after: float, started: float, budget) -> str:
+    """Follow the child until it exits ("exit"), a test hangs ("hang") or the budget runs out ("budget")."""
+    while True:
+        try:
+            proc.wait(timeout=0.25)
+            return "exit"
+        except subprocess.TimeoutExpired:
+            pass
+        state.read(events, on_event)
+        now = time.time()
+        if budget and now - started > budget:
+            _stop(proc)
+            return "budget"
+        if hang_after and state.in_flight:
+            t0 = next(iter(state.in_flight.values()))
+            if now - t0 > hang_after:
+                proc.kill()
+                proc.wait()
+                return "hang"
+
+
+def _stop(proc) -> None:
+    """Ask the child to stop as Ctrl-C would (so it reports what ran), then insist."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ----------------------------------------------------------------------------- the clause verdict
 def _fold(outcomes: list[str]) -> str:
     if not outcomes:
         return "untested"
-    if all(o == "not_applicable" for o in outcomes):
+    if all(o in ("not_applicable", "skipped") for o in outcomes):
         return "not_applicable"
-    for status in ("error", "fail", "expected_fail"):
+    for status in ("error", "timeout", "fail", "expected_fail", "not_run"):
         if status in outcomes:
             return status
     return "pass"
 
 
+def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
+    """Every failing test of a clause, worst status first, then golden before example before property."""
+    bad = [(n, t) for n, t in tests if t.get("outcome") in _STATUS_RANK]
+    bad.sort(key=lambda nt: (_STATUS_RANK[nt[1]["outcome"]], _KIND_RANK.get(nt[1].get("kind"), 1), nt[0]))
+    out = []
+    for nodeid, t in bad:
+        entry = {"test": nodeid, "status": t["outcome"], "kind": t.get("kind"),
+                 "message": _first_lines(t.get("message") or "", 12)}
+        for key in ("falsifying_example", "reproduce_failure", "repro"):
+            if t.get(key):
+                entry[key] = t[key]
+        out.append(entry)
+    return out
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    from conformance_tests.preflight import git_commit
+
+    import rlconform
+
+    try:
+        version = metadata.version("rlconform")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"rlconform": version, "rlconform_commit": git_commit(rlconform)}
+
+
 def clause_report(payload: dict, spec: Spec | None = None) -> dict:
-    """report.json: run_info plus one entry per clause touched by the run."""
+    """report.json: run_info, a summary with the exit code, and one entry per clause the run touched."""
     spec = spec or default_spec()
     by_clause: dict[str, list[tuple[str, dict]]] = {}
     for nodeid, t in payload["tests"].items():
         if t.get("meta"):
             continue
-        for c in t["clauses"]:
+        for c in t.get("clauses", []):
             by_clause.setdefault(c, []).append((nodeid, t))
+    audited = payload.get("families") or list(spec.families)
+    selected = set(payload.get("clauses") or ())
     clauses = []
-    for fam, fspec in spec.families.items():
-        for c in fspec.clauses:
+    for fam in audited:
+        for c in spec.families[fam].clauses if fam in spec.families else ():
             tests = by_clause.get(c.id, [])
             if not tests:
+                # A clause of the audited families that no test checks is never passed silently.
+                # Gates judge training runs (`rlconform gate`), not an implementation's operations.
+                if (not payload.get("preflight_error") and (not selected or c.id in selected)
+                        and not c.deprecated and c.kind != "gate"):
+                    clauses.append({"id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind,
+                                    "status": "untested", "tests": 0, "passed": 0, "not_applicable_tests": 0,
+                                    "not_run_tests": 0})
                 continue
-            outcomes = [t["outcome"] or "error" for _, t in tests]
-            status = _fold(outcomes)
+            outcomes = [t.get("outcome") or "not_run" for _, t in tests]
             entry: dict[str, Any] = {
                 "id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind,
-                "status": status, "tests": len(tests),
+                "status": _fold(outcomes), "tests": len(tests),
                 "passed": outcomes.count("pass") + outcomes.count("xpass"),
                 "not_applicable_tests": outcomes.count("not_applicable"),
+                "not_run_tests": outcomes.count("not_run"),
             }
-            bad = [(n, t) for n, t in tests if t["outcome"] in ("fail", "error", "expected_fail")]
-            if bad:
-                nodeid, t = bad[0]
-                entry["failing_test"] = nodeid
-                entry["message"] = _first_lines(t.get("message") or "", 12)
-                entry["falsifying_example"] = _falsifying(t.get("message") or "")
-                if t.get("repro"):
-                    entry["repro"] = t["repro"]
-            if status == "expected_fail":
-                entry["expectation"] = payload.get("expectations", {}).get(c.id)
+            failing = _failing_tests(tests)
+            if failing:
+                first = failing[0]
+                entry.update(failing_test=first["test"], message=first["message"],
+                             falsifying_example=first.get("falsifying_example"),
+                             reproduce_failure=first.get("reproduce_failure"), failing_tests=failing)
+                if first.get("repro"):
+                    entry["repro"] = first["repro"]
+            if entry["status"] == "expected_fail":
+                entry["expectation"] = (payload.get("expectations") or {}).get(c.id)
             clauses.append(entry)
     run_info = {
         "implementation": payload.get("impl"),
         "implementation_name": payload.get("impl_name"),
         "implementation_version": payload.get("impl_version"),
-        "spec_versions": spec.versions(),
+        "implementation_commit": payload.get("impl_commit"),
+        **_versions(),
+        "families": audited,
+        "spec_versions": {f: spec.families[f].version for f in audited if f in spec.families},
         "profile": payload.get("profile"),
         "seed": payload.get("seed"),
         "device": payload.get("device"),
@@ -141,15 +372,43 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
         "started": _iso(payload.get("started")),
         "finished": _iso(payload.get("finished")),
         "pytest_exit": payload.get("pytest_exit"),
+        "interrupted": bool(payload.get("interrupted")),
+        "budget_exhausted": bool(payload.get("budget_exhausted")),
+        "hung_tests": payload.get("hung", []),
     }
     counts = {s: sum(1 for c in clauses if c["status"] == s) for s in STATUSES}
-    must_failed = [c["id"] for c in clauses if c["level"] == "MUST" and c["status"] in ("fail", "error")]
-    return {
+    must_failed = [c["id"] for c in clauses if c["level"] == "MUST" and c["status"] in FAILED]
+    executed = sum(1 for t in payload["tests"].values()
+                   if not t.get("meta") and t.get("outcome") not in ("not_applicable", "skipped", "not_run", None))
+    report = {
         "run_info": run_info,
-        "summary": {**counts, "clauses": len(clauses), "must_failed": must_failed},
+        "summary": {**counts, "clauses": len(clauses), "must_failed": must_failed, "tests_executed": executed,
+                    "tests_not_run": sum(1 for t in payload["tests"].values() if t.get("outcome") == "not_run")},
         "warnings": [f"expectation for {c} matches no collected test" for c in payload.get("unmatched_expectations", [])],
         "clauses": clauses,
     }
+    code, verdict = exit_code(report)
+    report["summary"].update(exit_code=code, verdict=verdict)
+    return report
+
+
+def exit_code(report: dict) -> tuple[int, str]:
+    """The audit's exit code and its one-line reason (README, "Exit codes")."""
+    info, s = report["run_info"], report["summary"]
+    if info.get("interrupted"):
+        return EXIT_SUITE, f"interrupted: {s['tests_not_run']} test(s) never ran, so no verdict"
+    if info.get("budget_exhausted"):
+        return EXIT_SUITE, f"time budget exhausted: {s['tests_not_run']} test(s) never ran, so no verdict"
+    if s["tests_executed"] == 0:
+        return EXIT_SUITE, "no clause test was executed (everything selected is not applicable), so no verdict"
+    if s["must_failed"]:
+        return EXIT_MUST_FAILED, f"{len(s['must_failed'])} MUST clause(s) failed: {', '.join(s['must_failed'])}"
+    if s["tests_not_run"]:
+        return EXIT_SUITE, f"{s['tests_not_run']} test(s) never ran, so no verdict"
+    if s["untested"]:
+        ids = [c["id"] for c in report["clauses"] if c["status"] == "untested"]
+        return EXIT_SUITE, f"{len(ids)} clause(s) of the spec have no test in this suite ({', '.join(ids[:5])})"
+    return EXIT_OK, f"every selected clause ran; no MUST clause failed ({s['clauses']} clauses)"
 
 
 def _torch_version() -> str:
@@ -165,42 +424,58 @@ def _iso(ts: float | None) -> str | None:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds") if ts else None
 
 
+_OURS = ("but should be", "modified its input", "did not return within", "raised ")
+_QUALIFIED = re.compile(r"^(?:[\w.]+\.)?(ImplementationError|InputMutated|OpTimeout|Failed|AssertionError): ")
+
+
 def _first_lines(text: str, n: int) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    for i, ln in enumerate(lines):  # start at our own failure line when there is one
-        if "but should be" in ln:
-            return "\n".join(lines[i : i + n])
+    """The informative part of a failure: from our own failure line (or the exception line) on,
+    without pytest's ``E`` gutter, source lines or module-qualified exception names."""
+    lines = [ln[1:].strip() if ln.startswith("E ") else ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    lines = [_QUALIFIED.sub("", ln) for ln in lines]
+    for i, ln in enumerate(lines):
+        if any(k in ln for k in _OURS):
+            return "\n".join(ln for ln in lines[i: i + n] if not re.match(r"^\S+\.py:\d+: ", ln))
     return "\n".join(lines[-n:])
 
 
-def _falsifying(text: str) -> str | None:
-    lines = text.splitlines()
-    for i, ln in enumerate(lines):
-        if "Falsifying example" in ln:
-            block = [ln]
-            for nxt in lines[i + 1 :]:
-                if not nxt.strip() or nxt.startswith(("E ", "Traceback", "---")):
-                    break
-                block.append(nxt)
-            return "\n".join(block)
-    return None
+# ----------------------------------------------------------------------------- the checklist
+def _finding_line(c: dict) -> str:
+    msg = (c.get("message") or "").splitlines()
+    more = len(c.get("failing_tests", [])) - 1
+    tail = f" (+{more} more failing test{'s' if more > 1 else ''})" if more > 0 else ""
+    return f"- **{c['id']}** ({c['level']}) {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}{tail}"
 
 
 def render_checklist(report: dict, spec: Spec | None = None) -> str:
-    """The grey-release checklist as Markdown: checklist items, then per family failed MUSTs first."""
+    """The grey-release checklist as Markdown: the verdict and findings first, then checklist and tables."""
     spec = spec or default_spec()
     info, summ = report["run_info"], report["summary"]
     status = {c["id"]: c for c in report["clauses"]}
+    impl_line = " ".join(str(x) for x in (info.get("implementation_name") or info["implementation"],
+                                          info.get("implementation_version") or "") if x).strip()
     out = [
-        f"# rlconform audit: {info.get('implementation_name') or info['implementation']} {info.get('implementation_version') or ''}".rstrip(),
+        f"# rlconform audit: {impl_line}",
         "",
-        f"- implementation: `{info['implementation']}`",
+        f"**Verdict (exit {summ['exit_code']}):** {summ['verdict']}.",
+        "",
+        f"- implementation: `{info['implementation']}`"
+        + (f", commit `{info['implementation_commit']}`" if info.get("implementation_commit") else ""),
         "- checked against: " + ", ".join(f"{f} ({v})" for f, v in info["spec_versions"].items()),
-        f"- profile `{info['profile']}`, device `{info['device']}`, torch {info['torch']}, finished {info['finished']}",
-        "",
-        "## Grey-release checklist",
-        "",
+        f"- rlconform {info.get('rlconform') or '?'}"
+        + (f" (commit `{info['rlconform_commit']}`)" if info.get("rlconform_commit") else "")
+        + f", profile `{info['profile']}`, seed `{info.get('seed')}`, device `{info['device']}`, "
+          f"torch {info['torch']}, finished {info['finished']}",
     ]
+    findings = [c for c in report["clauses"] if c["status"] in FAILED]
+    findings.sort(key=lambda c: (c["level"] != "MUST", _STATUS_RANK.get(c["status"], 9), c["id"]))
+    if findings:
+        out += ["", "## Findings", ""] + [_finding_line(c) for c in findings]
+    for st, head in (("not_run", "Not run"), ("untested", "No test in this suite")):
+        ids = [c["id"] for c in report["clauses"] if c["status"] == st]
+        if ids:
+            out += ["", f"## {head}", "", ", ".join(ids)]
+    out += ["", "## Grey-release checklist", ""]
     any_items = False
     for fam, fspec in spec.families.items():
         for item in fspec.checklist:
@@ -208,29 +483,22 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
             if not sts:
                 continue
             any_items = True
-            ok = all(s in ("pass", "expected_fail") for s in sts)
+            ok = all(s in ("pass", "expected_fail", "not_applicable") for s in sts)
             na = all(s == "not_applicable" for s in sts)
             box = "n/a" if na else ("x" if ok else " ")
             refs = ", ".join(f"{c} {_ICON[status[c]['status']]}" for c in item.clauses if c in status)
             out.append(f"- [{box}] **{item.title}** ({fam}): {refs}")
     if not any_items:
         out.append("(no checklist item applies to this run)")
+    rank = {"fail": 0, "error": 0, "timeout": 0, "expected_fail": 2, "not_run": 2, "untested": 2, "pass": 3,
+            "not_applicable": 4}
     for fam, fspec in spec.families.items():
         rows = [c for c in report["clauses"] if c["family"] == fam]
         if not rows:
             continue
         out += ["", f"## {fam}: {fspec.name} ({fspec.version})", ""]
-        rank = {"fail": 0, "error": 0, "expected_fail": 2, "pass": 3, "not_applicable": 4}
-        rows.sort(key=lambda c: (0 if c["level"] == "MUST" and c["status"] in ("fail", "error") else 1,
+        rows.sort(key=lambda c: (0 if c["level"] == "MUST" and c["status"] in FAILED else 1,
                                  rank.get(c["status"], 5), c["id"]))
-        failed = [c for c in rows if c["level"] == "MUST" and c["status"] in ("fail", "error")]
-        if failed:
-            out.append("### Failed MUST clauses")
-            out.append("")
-            for c in failed:
-                msg = (c.get("message") or "").splitlines()
-                out.append(f"- **{c['id']}** {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}")
-            out.append("")
         out.append("| clause | level | status | tests | title |")
         out.append("|---|---|---|---|---|")
         for c in rows:
@@ -239,8 +507,9 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
         out += ["", f"> warning: {w}"]
     s = summ
     out += ["", f"**Summary:** {s['clauses']} clauses: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
-            f"{s['expected_fail']} expected failures, {s['not_applicable']} not applicable; "
-            f"MUST failures: {len(s['must_failed'])}" + (f" ({', '.join(s['must_failed'])})" if s["must_failed"] else "") + "."]
+            f"{s['timeout']} timeout, {s['expected_fail']} expected failures, {s['not_applicable']} not applicable, "
+            f"{s['not_run']} not run, {s['untested']} untested; MUST failures: {len(s['must_failed'])}"
+            + (f" ({', '.join(s['must_failed'])})" if s["must_failed"] else "") + "."]
     return "\n".join(out) + "\n"
 
 

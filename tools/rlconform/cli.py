@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -15,20 +16,102 @@ TRAINERS = {
     "ppo": "reference_impl.ppo.trainer:cli",
     "mappo": "reference_impl.ppo.mappo_trainer:cli",
     "isreshape": "reference_impl.isreshape.trainer:cli",
+    "isreshape-lm": "reference_impl.isreshape.lm.trainer:cli",
     "ccapo": "reference_impl.ccapo.trainer:cli",
+    "ccapo-textworld": "reference_impl.ccapo.textworld.trainer:cli",
 }
 
 
 def _cmd_audit(args) -> int:
-    from rlconform.audit import clause_report, render_checklist, run_suite, write_report
+    from conformance_tests.preflight import PreflightError, run as preflight
+    from rlconform import audit
+    from rlconform.expectations import load_expectations
+    from rlconform.yamlfile import YamlFileError
 
-    payload = run_suite(args.impl, profile=args.profile, device=args.device, families=args.family or None,
-                        expectations=args.expectations, quiet=not args.verbose)
-    report = clause_report(payload)
-    rj, cm = write_report(report, args.out)
-    print(render_checklist(report))
-    print(f"wrote {rj} and {cm}")
-    return 1 if report["summary"]["must_failed"] else 0
+    try:
+        load_expectations(args.expectations, default_spec().clauses)
+    except YamlFileError as e:
+        print(f"rlconform audit: error: --expectations: {e}", file=sys.stderr)
+        return audit.EXIT_USAGE
+    try:
+        pf = preflight(args.impl, device=args.device, families=args.family or None)
+    except PreflightError as e:
+        print(f"rlconform audit: the implementation cannot be run (exit {audit.EXIT_IMPL}):\n{e}", file=sys.stderr)
+        return audit.EXIT_IMPL
+    print(f"rlconform audit: {pf.impl_string} ({pf.name or '?'} {pf.version or '?'}), families "
+          f"{', '.join(args.family or pf.ops)}, profile {args.profile}, device {args.device}", file=sys.stderr)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # The release profile's seed is drawn here, so a resumed child (after a hang) and the report share it.
+    seed = "derandomized" if args.profile == "ci" else (
+        args.seed if args.seed is not None else random.SystemRandom().randrange(2**32))
+    with _AuditProgress() as progress:
+        try:
+            payload = audit.run_suite(pf.impl_string, profile=args.profile, device=args.device,
+                                      families=args.family or None, expectations=args.expectations, jobs=args.jobs,
+                                      timeout=args.timeout, seed=None if seed == "derandomized" else seed,
+                                      budget=args.budget,
+                                      on_event=progress, log=out / "pytest.log")
+        except audit.SuiteError as e:
+            print(f"rlconform audit: the suite could not run (exit {audit.EXIT_SUITE}): {e}", file=sys.stderr)
+            return audit.EXIT_SUITE
+    if payload.get("preflight_error"):
+        print(f"rlconform audit: the implementation cannot be run:\n{payload['preflight_error']}", file=sys.stderr)
+        return audit.EXIT_IMPL
+    payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit, seed=seed)
+    report = audit.clause_report(payload)
+    rj, cm = audit.write_report(report, out)
+    print(audit.render_checklist(report))
+    print(f"wrote {rj} and {cm} (pytest output: {out / 'pytest.log'})")
+    return report["summary"]["exit_code"]
+
+
+class _AuditProgress:
+    """Audit progress: a bar on a terminal, plain lines (one per test file) otherwise."""
+
+    def __init__(self):
+        self.tty = sys.stderr.isatty()
+        self.bar = None
+        self.total = 0
+        self.done = 0
+        self.bad = 0
+        self.file = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.file:
+            self._line()
+        return False
+
+    def _line(self):
+        print(f"  [{self.done}/{self.total}] {self.file}: {self.bad} failing so far", file=sys.stderr, flush=True)
+
+    def __call__(self, ev: dict) -> None:
+        kind = ev.get("event")
+        if kind in ("collected", "collected_ids"):
+            if self.total:  # xdist: every worker reports the same collection
+                return
+            self.total = len(ev["tests"]) if kind == "collected" else ev["count"]
+            if self.tty:
+                from reference_impl.common import progress
+
+                self.bar = progress(total=self.total, desc="audit", disable=False)
+            else:
+                print(f"rlconform audit: {self.total} tests selected", file=sys.stderr, flush=True)
+        elif kind == "finish":
+            fname = ev["nodeid"].split("::")[0].rsplit("/", 1)[-1]
+            if self.bar is None and self.file and fname != self.file:
+                self._line()  # one plain line per finished test file
+            self.file = fname
+            self.done += 1
+            self.bad += ev.get("outcome") in ("fail", "error", "timeout")
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"{fname} {','.join(ev.get('clauses', [])[:2])} failing={self.bad}")
+                self.bar.update(1)
 
 
 def _cmd_spec_list(args) -> int:
@@ -76,12 +159,12 @@ def _cmd_spec_coverage(args) -> int:
 
 def _cmd_mutants(args) -> int:
     from reference_impl.common import progress
-    from rlconform.mutants import run_mutant, select
+    from rlconform.mutants import run_mutants, select
 
     chosen = select(args.names or None, args.family or None)
-    results = []
-    for m in progress(chosen, desc="mutants", disable=False):
-        results.append(run_mutant(m, full=args.full, profile=args.profile))
+    with progress(total=len(chosen), desc="mutants", disable=False) as bar:
+        results = run_mutants(chosen, jobs=args.jobs, full=args.full, profile=args.profile,
+                              on_result=lambda r: bar.update(1))
     width = max((len(r.name) for r in results), default=10)
     for r in results:
         verdict = "SURVIVED" if r.survived else "killed"
@@ -101,7 +184,9 @@ def _cmd_mutants(args) -> int:
 def _cmd_gate(args) -> int:
     from rlconform.gate import evaluate, read_metrics
 
-    family, records = read_metrics(args.metrics)
+    family, records, warnings = read_metrics(args.metrics)
+    for w in warnings:
+        print(f"rlconform gate: warning: {w}", file=sys.stderr)
     family = args.family or family
     results = evaluate(records, family)
     if not results:
@@ -110,8 +195,12 @@ def _cmd_gate(args) -> int:
     print(f"{family}: {len(records)} records from {args.metrics}")
     for r in results:
         print("  " + r.line)
-    failing = [r for r in results if r.verdict == "fail" or (r.verdict == "missing" and args.strict)]
-    print("gates: FAILED" if failing else "gates: OK")
+    failing = [r for r in results if r.verdict == "fail" or (r.verdict == "missing" and not args.allow_missing)]
+    missing = [r for r in results if r.verdict == "missing"]
+    if missing and not args.allow_missing:
+        print(f"  {len(missing)} gate(s) have no data in this run: a gate that was not measured is not passed "
+              "(--allow-missing to accept that)")
+    print("gates: FAILED" if failing else "gates: OK" + (f" ({len(missing)} missing, allowed)" if missing else ""))
     return 1 if failing else 0
 
 
@@ -126,26 +215,47 @@ def _cmd_train(args, rest) -> int:
     return int(getattr(mod, fn)(rest) or 0)
 
 
+BENCH_HELP = """usage: rlconform bench [PYTEST-ARGS...]
+
+Run the benchmarks in tools/benchmarks/ with pytest-benchmark (timings on one torch thread; each
+benchmark file prints the ratios between the contenders it interleaves). Any other argument goes
+to pytest, e.g. `rlconform bench -k top_p` or `rlconform bench --benchmark-json out.json`.
+"""
+
+
 def _cmd_bench(args, rest) -> int:
     import pytest
 
+    if "-h" in rest or "--help" in rest:
+        print(BENCH_HELP, end="")
+        return 0
     bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
     return int(pytest.main([str(bench_dir), "-p", "no:cacheprovider", "--benchmark-only",
                             "--benchmark-columns=min,median,mean,rounds", *rest]))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlconform", description=__doc__)
+    p = argparse.ArgumentParser(prog="rlconform", description=__doc__, epilog=EXIT_CODES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"rlconform {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    a = sub.add_parser("audit", help="run the suite and write report.json + checklist.md")
+    a = sub.add_parser("audit", help="run the suite and write report.json + checklist.md", epilog=EXIT_CODES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("--impl", default=None, help="module:factory (default: the bundled reference)")
     a.add_argument("--profile", default="ci", choices=("ci", "release"))
+    a.add_argument("--seed", type=int, default=None, help="hypothesis seed for the release profile (default: drawn, "
+                                                          "and recorded in the report)")
     a.add_argument("--device", default="cpu")
     a.add_argument("--out", default="rlconform-audit", help="output directory (default: ./rlconform-audit)")
     a.add_argument("--family", action="append", choices=FAMILIES, help="audit only this family (repeatable)")
-    a.add_argument("--expectations", default=None, help="YAML of known failures {clause, reason, link}")
-    a.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    a.add_argument("--expectations", default=None, help="YAML of known failures (list of {clause, reason, link} "
+                                                        "or a mapping clause: reason)")
+    a.add_argument("--jobs", type=int, default=None, help="run the tests in N processes (pytest-xdist)")
+    a.add_argument("--timeout", type=float, default=None,
+                   help="seconds one test may take (default 120; 0: no limit); a hung test is marked timeout")
+    a.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole audit; what has not run by then is reported as not run (exit 4)")
 
     s = sub.add_parser("spec", help="inspect the specification")
     ssub = s.add_subparsers(dest="spec_cmd", required=True)
@@ -161,17 +271,37 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--full", action="store_true", help="run the whole suite per mutant and list every clause it trips")
     m.add_argument("--profile", default="mutant", choices=("ci", "release", "mutant"))
     m.add_argument("--json", default=None, help="also write the results as JSON here")
+    m.add_argument("--jobs", type=int, default=None, help="mutants run at once (default: the number of cores)")
 
     g = sub.add_parser("gate", help="evaluate go-live gates / SLOs on a run's metrics.jsonl")
     g.add_argument("metrics")
     g.add_argument("--family", choices=FAMILIES, default=None, help="override the family named in the file")
-    g.add_argument("--strict", action="store_true", help="also fail when a gate's metric is missing from the run")
+    g.add_argument("--allow-missing", action="store_true",
+                   help="accept gates whose metric the run never logged (by default a missing gate fails)")
 
     t = sub.add_parser("train", help="train a reference trainer (see `rlconform train NAME --help`)", add_help=False)
     t.add_argument("name", choices=sorted(TRAINERS))
 
     sub.add_parser("bench", help="run the benchmarks (pytest-benchmark)", add_help=False)
     return p
+
+
+EXIT_CODES = """exit codes of `rlconform audit`:
+  0  every selected clause ran and no MUST clause failed
+  1  a MUST clause failed (fail, error or timeout)
+  2  usage error (bad arguments, malformed expectations file)
+  3  the implementation could not be run (import, factory, signature, device)
+  4  the suite could not run (internal error, interrupted, no clause test executed, time budget exhausted)
+"""
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("rlconform")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a bare checkout
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"rlconform: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("rlconform: interrupted", file=sys.stderr)
+        return 4
     parser.error("unknown command")
     return 2
 

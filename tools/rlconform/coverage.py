@@ -1,4 +1,8 @@
-"""Spec coverage: every clause has a test, every test names a known clause.
+"""Spec coverage: every clause has a test, every test names a known clause, and every item of the seed
+inventory (``spec/inventory/``) maps to known clauses or carries an exclusion.
+
+Inventory problems are folded into ``untested`` and ``unknown`` too, so any consumer that fails on
+those (``rlconform spec coverage``) fails on them; ``inventory_*`` keys hold them on their own.
 
 Tests are found by collecting ``conformance_tests`` with pytest (so parametrised marks count too).
 """
@@ -18,7 +22,7 @@ class _Collector:
         self.meta: set[str] = set()
 
     def pytest_collection_modifyitems(self, session, config, items):
-        from conformance_tests.plugin import item_clauses
+        from conformance_tests.runtime import item_clauses
 
         for it in items:
             self.items[it.nodeid] = item_clauses(it)
@@ -58,5 +62,21 @@ def coverage(spec: Spec | None = None) -> dict:
             else:
                 unknown.setdefault(c, []).append(nodeid)
     untested = [c for c in spec.clauses if c not in tested and not spec.clauses[c].deprecated]
+    inv = inventory_coverage(spec)
+    untested += inv["problems"] + [f"inventory item {it.id} ({it.path}) names no clause and has no exclusion"
+                                   for it in inv["unmapped"]]
+    for c, where in inv["unknown"].items():
+        unknown.setdefault(c, []).extend(where)
     return {"clauses": len(spec.clauses), "tested": tested, "untested": untested, "unknown": unknown,
-            "unmarked_tests": unmarked, "collect_exit": code, "collect_output": output}
+            "unmarked_tests": unmarked, "collect_exit": code, "collect_output": output,
+            "inventory_items": sum(len(v) for v in inv["items"].values()),
+            "inventory_excluded": sum(1 for v in inv["items"].values() for it in v if it.excluded),
+            "inventory_problems": inv["problems"], "inventory_unmapped": [it.id for it in inv["unmapped"]],
+            "inventory_unknown": inv["unknown"]}
+
+
+def inventory_coverage(spec: Spec | None = None, directory=None) -> dict:
+    """The inventory check alone (no test collection): see :func:`rlconform.inventory.check_inventory`."""
+    from rlconform.inventory import check_inventory
+
+    return check_inventory(spec or default_spec(), directory)

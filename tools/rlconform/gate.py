@@ -23,12 +23,15 @@ class GateResult:
     clause: Clause
     figure: float | None
     verdict: str  # "pass", "fail" or "missing"
+    note: str = ""
 
     @property
     def line(self) -> str:
         g = self.clause.gate
         fig = "—" if self.figure is None else f"{self.figure:.6g}"
-        return f"{self.verdict.upper():7s} {self.clause.id:14s} {g['metric']} ({g.get('aggregate', 'last')}) = {fig}  needs {g['op']} {g['threshold']}"
+        tail = f"  ({self.note})" if self.note else ""
+        return (f"{self.verdict.upper():7s} {self.clause.id:14s} {g['metric']} ({g.get('aggregate', 'last')}) = {fig}"
+                f"  needs {g['op']} {g['threshold']}{tail}")
 
 
 def aggregate(values: list[float], how: str) -> float:
@@ -45,7 +48,7 @@ def aggregate(values: list[float], how: str) -> float:
 
 
 def compare(figure: float, op: str, threshold: Any) -> bool:
-    if figure is None or (isinstance(figure, float) and math.isnan(figure)):
+    if figure is None or not math.isfinite(figure):
         return False
     if op == "in":
         lo, hi = threshold
@@ -61,7 +64,11 @@ def gates_of(spec: Spec, family: str) -> list[Clause]:
 
 
 def evaluate(records: Iterable[Mapping[str, Any]], family: str, spec: Spec | None = None) -> list[GateResult]:
-    """Each gate clause of ``family`` against the per-update ``records`` (dicts of metric -> value)."""
+    """Each gate clause of ``family`` against the per-update ``records`` (dicts of metric -> value).
+
+    A NaN or infinity anywhere in a gated metric fails its gate, whatever the aggregate: min, median
+    and friends would otherwise step over it and pass a run that diverged.
+    """
     spec = spec or default_spec()
     records = list(records)
     out = []
@@ -69,29 +76,69 @@ def evaluate(records: Iterable[Mapping[str, Any]], family: str, spec: Spec | Non
         g = clause.gate
         vals = [float(r[g["metric"]]) for r in records if r.get(g["metric"]) is not None]
         if not vals:
-            out.append(GateResult(clause, None, "missing"))
+            out.append(GateResult(clause, None, "missing", "the run never logged this metric"))
+            continue
+        bad = [i for i, v in enumerate(vals) if not math.isfinite(v)]
+        if bad:
+            out.append(GateResult(clause, vals[bad[0]], "fail", f"{len(bad)} non-finite value(s), first at record "
+                                                                 f"{bad[0] + 1} of the metric"))
             continue
         fig = aggregate(vals, g.get("aggregate", "last"))
         out.append(GateResult(clause, fig, "pass" if compare(fig, g["op"], g["threshold"]) else "fail"))
     return out
 
 
-def read_metrics(path: str | Path) -> tuple[str, list[dict]]:
-    """(family, records) of a metrics.jsonl file; the family comes from the records' ``family`` field."""
+def _number(value: Any, where: str, key: str) -> None:
+    """Metric values are numbers (NaN/inf allowed: JSON writers spell them NaN/Infinity) or null."""
+    if value is None or isinstance(value, bool) or isinstance(value, (int, float)):
+        return
+    raise ValueError(f"{where}: metric {key!r} is {value!r}, not a number")
+
+
+def read_metrics(path: str | Path) -> tuple[str, list[dict], list[str]]:
+    """(family, records, warnings) of a metrics.jsonl file; the family comes from the records' ``family``.
+
+    A torn last line (a crash mid-write) is dropped with a warning; any other malformed line, a
+    non-numeric metric, or update numbers that repeat or go backwards are errors naming file:line.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such metrics file")
-    records = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records, places, warnings, last_update, where_update = [], [], [], None, None
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        where = f"{path}:{n}"
         try:
-            records.append(json.loads(line))
+            rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not a JSON object ({e.msg})") from None
+            if n == len(lines):
+                warnings.append(f"{where}: torn last line ignored ({e.msg}); the run was probably killed mid-write")
+                break
+            raise ValueError(f"{where}: not a JSON object ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{where}: expected a JSON object per line, got {type(rec).__name__}")
+        for key, value in rec.items():
+            if key not in ("family", "time") and not isinstance(value, (str, list, dict)):
+                _number(value, where, key)
+        places.append(where)
+        update = rec.get("update")
+        if update is not None:
+            if last_update is not None and update <= last_update:
+                what = "repeats" if update == last_update else "goes backwards from"
+                raise ValueError(f"{where}: update {update} {what} update {last_update} at {where_update} "
+                                 "(stale records of an earlier run? start a fresh run directory)")
+            last_update, where_update = update, where
+        records.append(rec)
     if not records:
         raise ValueError(f"{path}: no metrics records")
     fams = {r.get("family") for r in records} - {None}
     if len(fams) != 1:
         raise ValueError(f"{path}: records must name exactly one family, found {sorted(fams) or 'none'}")
-    return fams.pop(), records
+    family = fams.pop()
+    if family in default_spec().families:
+        for clause in gates_of(default_spec(), family):  # a gated metric must be a number everywhere
+            for where, rec in zip(places, records):
+                _number(rec.get(clause.gate["metric"]), where, clause.gate["metric"])
+    return family, records, warnings

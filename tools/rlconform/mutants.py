@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable
 
-from rlconform.audit import clause_report, run_suite
+from rlconform.audit import FAILED, clause_report, run_suite
 
-KILLED = ("fail", "error")
+KILLED = FAILED
 
 
 @dataclasses.dataclass
@@ -44,7 +46,7 @@ def select(names: Iterable[str] | None = None, families: Iterable[str] | None = 
 
 
 def run_mutant(m, *, full: bool = False, profile: str = "mutant") -> MutantResult:
-    payload = run_suite(m.impl_string, profile=profile, clauses=None if full else m.kills, quiet=True)
+    payload = run_suite(m.impl_string, profile=profile, clauses=None if full else m.kills)
     report = clause_report(payload)
     failed = [c["id"] for c in report["clauses"] if c["status"] in KILLED]
     return MutantResult(
@@ -52,3 +54,19 @@ def run_mutant(m, *, full: bool = False, profile: str = "mutant") -> MutantResul
         killed_by=[c for c in m.kills if c in failed],
         also_tripped=[c for c in failed if c not in m.kills],
     )
+
+
+def run_mutants(mutants, *, jobs: int | None = None, full: bool = False, profile: str = "mutant",
+                on_result: Callable[[MutantResult], None] | None = None) -> list[MutantResult]:
+    """Every mutant, ``jobs`` child processes at a time (each mutant is its own pytest process), in order."""
+    mutants = list(mutants)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(mutants) or 1))
+
+    def one(m):
+        result = run_mutant(m, full=full, profile=profile)
+        if on_result:
+            on_result(result)
+        return result
+
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(one, mutants))

@@ -636,8 +636,8 @@ def reference_report() -> tuple[dict | None, str]:
     if "report" not in _AUDIT_CACHE:
         from rlconform.audit import clause_report, run_suite
 
-        _AUDIT_CACHE["report"] = clause_report(run_suite(quiet=True))
-    return _AUDIT_CACHE["report"], "run at build time (`run_suite(quiet=True)`, profile `ci`)"
+        _AUDIT_CACHE["report"] = clause_report(run_suite())
+    return _AUDIT_CACHE["report"], "run at build time (`run_suite()`, profile `ci`)"
 
 
 def checklist_markdown(report: dict, spec, page: str) -> str:
@@ -663,7 +663,8 @@ def reference_audit_page(spec) -> str:
 
 def third_party_audits(docs_dir: Path) -> list[Path]:
     root = docs_dir / "audits"
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    # folders starting with "_" hold working notes (e.g. _research), not audits
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")) if root.is_dir() else []
 
 
 def third_party_audit_page(spec, adir: Path) -> str:
@@ -692,7 +693,9 @@ def conformance_index(audits: list[Path]) -> str:
 
 def results_pages(docs_dir: Path) -> list[str]:
     root = docs_dir / "results"
-    return sorted(str(p.relative_to(docs_dir)).replace(os.sep, "/") for p in root.glob("*/results.md")) if root.is_dir() else []
+    # a family's results, and those of its trainers on real environments (results/isreshape/lm/...)
+    pages = [*root.glob("*/results.md"), *root.glob("*/*/results.md")] if root.is_dir() else []
+    return sorted(str(p.relative_to(docs_dir)).replace(os.sep, "/") for p in pages)
 
 
 # -------------------------------------------------------------------------------- generated markers
@@ -760,7 +763,8 @@ def _nav_sections(docs_dir: Path) -> dict[str, list]:
     spec = load_spec()
     audits = third_party_audits(docs_dir)
     spec_nav = [{"Overview": "spec/index.md"}] + [{f: f"spec/{f}.md"} for f in spec.families] + [
-        {"Errata": "spec/errata.md"}, {"Defaults": "spec/defaults.md"}, {"Gates and SLOs": "spec/gates.md"}]
+        {"Errata": "spec/errata.md"}, {"Defaults": "spec/defaults.md"}, {"Gates and SLOs": "spec/gates.md"},
+        {"Traceability": "spec/traceability.md"}]
     conf_nav = [{"Overview": "conformance/index.md"}, {"Reference implementation": "conformance/reference.md"}]
     # Bare paths: MkDocs titles these pages with their own first heading.
     conf_nav += [f"audits/{a.name}/index.md" for a in audits]
@@ -771,6 +775,10 @@ def _nav_sections(docs_dir: Path) -> dict[str, list]:
         "Conformance": conf_nav,
         "Results": results_nav,
     }
+
+
+# Guide pages that exist only once their feature has landed.
+GUIDE_EXTRA = (("STDB on PostgreSQL", "stdb-postgresql.md"), ("Scaling out", "scaling-out.md"))
 
 
 def on_config(config, **kwargs):
@@ -785,9 +793,9 @@ def on_config(config, **kwargs):
                 if sections[title]:
                     nav.append({title: sections[title]})
                 continue
-            if title == "Guide" and (docs_dir / "guide" / "stdb-postgresql.md").exists():
-                value = list(value) + [{"STDB on PostgreSQL": "guide/stdb-postgresql.md"}]
-                entry = {title: value}
+            if title == "Guide":
+                extra = [{t: f"guide/{f}"} for t, f in GUIDE_EXTRA if (docs_dir / "guide" / f).exists()]
+                entry = {title: list(value) + extra}
         nav.append(entry)
     config["nav"] = nav
     return config
@@ -797,6 +805,7 @@ def generated_pages(docs_dir: Path) -> tuple[dict[str, str | bytes], list[str]]:
     """Every generated file (docs-relative path -> content) and the source pages they replace."""
     from rlconform.coverage import collect_clause_marks
     from rlconform.spec import load_spec
+    from rlconform.traceability import traceability_page
 
     spec = load_spec()
     marks, _, _ = collect_clause_marks()
@@ -807,6 +816,7 @@ def generated_pages(docs_dir: Path) -> tuple[dict[str, str | bytes], list[str]]:
         "spec/errata.md": errata_page(spec),
         "spec/defaults.md": defaults_page(spec),
         "spec/gates.md": gates_page(spec),
+        "spec/traceability.md": traceability_page(spec),
         "figures.md": figures_page(figures),
         "conformance/reference.md": reference_audit_page(spec),
     }

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
+from rlconform.yamlfile import YamlFileError, load_yaml, validate
 
 FAMILIES = ("sac", "ppo", "isreshape", "ccapo")
 ID_PREFIX = {"sac": "SAC", "ppo": "PPO", "isreshape": "ISR", "ccapo": "CCAPO"}
@@ -32,7 +32,64 @@ _REQUIRED = ("id", "title", "kind", "level", "statement", "source", "tolerance")
 
 
 class SpecError(ValueError):
-    """A spec file breaks the schema; the message names the file and the clause."""
+    """A spec file breaks the schema; the message names the file, the line and the clause or field."""
+
+
+_SOURCE = {"type": "object", "required": ["seed", "section"],
+           "properties": {"seed": {"type": "string"}, "section": {"type": "string", "minLength": 1}}}
+CLAUSE_SCHEMA = {
+    "type": "object",
+    "required": list(_REQUIRED),
+    "additionalProperties": False,
+    "properties": {
+        "id": {"type": "string"}, "title": {"type": "string", "minLength": 1},
+        "kind": {"enum": list(KINDS)}, "level": {"enum": list(LEVELS)},
+        "statement": {"type": "string", "minLength": 1}, "source": _SOURCE,
+        "tolerance": {"type": "string"}, "formula": {"type": "string"},
+        "errata": {"type": "string"}, "notes": {"type": "string"}, "value": {"type": "object"},
+        "gate": {"type": "object", "required": ["metric", "op", "threshold"],
+                 "properties": {"metric": {"type": "string"}, "op": {"enum": list(GATE_OPS)}}},
+        "implemented_by": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+        "deprecated": {"type": "boolean"},
+    },
+}
+FAMILY_SCHEMA = {
+    "type": "object",
+    "required": ["family", "document", "clauses"],
+    "additionalProperties": False,
+    "properties": {
+        "family": {"enum": list(FAMILIES)},
+        "name": {"type": "string"},
+        "document": {"type": "object", "required": ["title", "version", "seed"]},
+        "related": {"type": "array", "items": {"type": "object"}},
+        "checklist": {"type": "array", "items": {
+            "type": "object", "required": ["title", "clauses"], "additionalProperties": False,
+            "properties": {"title": {"type": "string"}, "source": _SOURCE,
+                           "clauses": {"type": "array", "minItems": 1, "items": {"type": "string"}}}}},
+        "clauses": {"type": "array", "items": CLAUSE_SCHEMA},
+    },
+}
+TOLERANCES_SCHEMA = {
+    "type": "object",
+    "required": ["exact"],
+    "additionalProperties": {
+        "type": "object",
+        "properties": {"description": {"type": "string"}},
+        "additionalProperties": {"type": "object", "required": ["rtol", "atol"], "additionalProperties": False,
+                                 "properties": {"rtol": {"type": "number", "minimum": 0},
+                                                "atol": {"type": "number", "minimum": 0}}},
+    },
+}
+
+
+def _read(path: Path, schema: Mapping[str, Any]) -> tuple[Any, dict]:
+    """Parse and schema-check one spec file; every problem becomes a SpecError naming file:line: field."""
+    try:
+        data, lines = load_yaml(path)
+        validate(data, schema, path.name, lines)
+    except YamlFileError as e:
+        raise SpecError(str(e).replace(str(path), path.name, 1)) from None
+    return data, lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,17 +204,12 @@ def _check_formula(where: str, formula: Any) -> None:
 
 
 def _load_tolerances(path: Path) -> dict[str, Tolerance]:
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    raw, _ = _read(path, TOLERANCES_SCHEMA)
     out = {}
     for name, body in raw.items():
         body = dict(body or {})
         desc = body.pop("description", "")
-        for dtype, tol in body.items():
-            if set(tol) != {"rtol", "atol"}:
-                raise SpecError(f"{path.name}: tolerance {name}.{dtype} needs exactly rtol and atol")
         out[name] = Tolerance(name, desc, body)
-    if "exact" not in out:
-        raise SpecError(f"{path.name}: the 'exact' tolerance class is required")
     return out
 
 
@@ -217,31 +269,27 @@ def _parse_clause(where: str, family: str, raw: Mapping[str, Any], tolerances) -
 
 
 def _load_family(path: Path, tolerances) -> FamilySpec:
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw, lines = _read(path, FAMILY_SCHEMA)
     where = path.name
-    if not isinstance(raw, Mapping):
-        raise SpecError(f"{where}: expected a mapping at the top level")
     family = raw.get("family")
-    if family not in FAMILIES or path.stem != family:
+    if path.stem != family:
         raise SpecError(f"{where}: 'family' must be the file's stem and one of {FAMILIES}")
-    doc = raw.get("document") or {}
-    if not {"title", "version", "seed"} <= set(doc):
-        raise SpecError(f"{where}: 'document' needs title, version and seed")
+    doc = raw["document"]
     clauses = []
     for i, c in enumerate(raw.get("clauses") or []):
-        cw = f"{where}: clause #{i + 1} ({c.get('id', '?') if isinstance(c, Mapping) else '?'})"
-        if not isinstance(c, Mapping):
-            raise SpecError(f"{cw}: expected a mapping")
+        cw = f"{where}:{lines.get(('clauses', i), '?')}: clause #{i + 1} ({c.get('id', '?')})"
         clauses.append(_parse_clause(cw, family, c, tolerances))
     ids = [c.id for c in clauses]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise SpecError(f"{where}: duplicate clause id(s) {', '.join(dupes)}")
+    for i, cid in enumerate(ids):
+        if cid in ids[:i]:
+            raise SpecError(f"{where}:{lines.get(('clauses', i), '?')}: duplicate clause id {cid} "
+                            f"(first at line {lines.get(('clauses', ids.index(cid)), '?')})")
     checklist = []
-    for item in raw.get("checklist") or []:
+    for i, item in enumerate(raw.get("checklist") or []):
         unknown = [c for c in item.get("clauses", []) if c not in ids]
         if unknown:
-            raise SpecError(f"{where}: checklist item {item.get('title')!r} names unknown clause(s) {unknown}")
+            at = lines.get(("checklist", i), "?")
+            raise SpecError(f"{where}:{at}: checklist item {item.get('title')!r} names unknown clause(s) {unknown}")
         checklist.append(ChecklistItem(item["title"], item.get("source", {}), tuple(item["clauses"])))
     return FamilySpec(
         family=family,

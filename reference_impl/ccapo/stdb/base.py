@@ -10,8 +10,12 @@ class STDBStore(Protocol):
     """Edges keyed by (anchor, fingerprint) with N_total, N_succ and d_goal evidence; anchors with
     V̄; the global counters N_succ_total and N_total_global."""
 
+    def update_many(self, trajectories: Sequence[Mapping[str, Any]]) -> None:
+        """Fold finished trajectories in, in order, atomically (all of the batch or none of it); the
+        result equals folding :func:`stdb_update` over them one by one."""
+
     def update(self, trajectory: Mapping[str, Any]) -> None:
-        """Fold one finished trajectory in, atomically (all of it or none of it)."""
+        """``update_many([trajectory])``."""
 
     def lookup(self, anchors: Sequence[tuple[str, str]], fingerprints: Sequence[str]) -> dict:
         """The slice of state these steps touch (their edges and anchors) plus the global counters,

@@ -1,13 +1,16 @@
-"""SQL STDB: SQLite (stdlib, embedded default) and PostgreSQL (psycopg) behind one class.
+"""SQL STDB: SQLite (stdlib, embedded default) and PostgreSQL (psycopg 3) behind one class.
 
 Concurrency design:
-* one trajectory's update is ONE transaction; SQLite opens it with ``BEGIN IMMEDIATE`` (the write
-  lock is taken before the first read, so the read-modify-write of V̄ cannot interleave), PostgreSQL
-  with ``BEGIN`` plus ``SELECT ... FOR UPDATE`` on the rows it will rewrite;
+* one batch of trajectories is ONE transaction, and its first statement takes the store's write
+  lock: SQLite's ``BEGIN IMMEDIATE``; on PostgreSQL ``SELECT ... FROM stdb_global ... FOR UPDATE``
+  (every writer locks that one row first, so writers queue on it, never deadlock on edge rows, and
+  read edges and anchors only after the previous writer committed);
+* inside it: one read of the touched edges and anchors (a key-set join, not one SELECT per key),
+  the batch folded in Python (:func:`stdb_fold`), one ``executemany`` upsert per table;
 * counters are written as increments (``ON CONFLICT ... DO UPDATE SET n = n + excluded.n``), so
-  even a backend that lets writers interleave loses no counts;
+  even a writer that skipped the lock would lose no counts;
 * SQLite runs in WAL mode: a process killed mid-transaction leaves only uncommitted WAL frames,
-  which the next reader ignores.
+  which the next reader ignores; PostgreSQL rolls back the transaction of a dropped connection.
 """
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ import contextlib
 import dataclasses
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from reference_impl.ccapo.stdb.update import EDGE_ZERO, empty_stats, stdb_update
+from reference_impl.ccapo.stdb.update import batch_fold, plan_batch, plan_keys, rows_to_state, stdb_update
 
 # Portable DDL: only types and syntax that SQLite and PostgreSQL both accept.
 SCHEMA_SQL = """
@@ -57,25 +60,48 @@ _UPSERT_ANCHOR = (
 )
 _BUMP_GLOBAL = ("UPDATE stdb_global SET n_succ_total = n_succ_total + ?, "
                 "n_total_global = n_total_global + ? WHERE id = 1")
-_SEL_EDGE = "SELECT n_total, n_succ, d_sum FROM stdb_edge WHERE loc = ? AND prev_fp = ? AND fp = ?"
-_SEL_ANCHOR = "SELECT v_bar, n_updates FROM stdb_anchor WHERE loc = ? AND prev_fp = ?"
 _SEL_GLOBAL = "SELECT n_succ_total, n_total_global FROM stdb_global WHERE id = 1"
+_EDGE_COLS, _ANCHOR_COLS = ("loc", "prev_fp", "fp"), ("loc", "prev_fp")
+
+
+def _sqlite_keyset(cols: Sequence[str], keys: Sequence[tuple]) -> Iterator[tuple[str, list[str], list]]:
+    """``(VALUES (?, ?), ...)`` in chunks padded to a power of two (so the statement cache hits),
+    padding repeats the last key; the CROSS JOIN makes SQLite probe the primary key per listed key."""
+    size = 1024
+    for lo in range(0, len(keys), size):
+        chunk = list(keys[lo:lo + size])
+        n = 8
+        while n < len(chunk):
+            n *= 2
+        chunk += [chunk[-1]] * (n - len(chunk))
+        row = "(" + ", ".join("?" * len(cols)) + ")"
+        names = [f"column{i + 1}" for i in range(len(cols))]
+        yield f"(VALUES {', '.join([row] * n)}) AS k CROSS JOIN", names, [v for k in chunk for v in k]
+
+
+def _postgres_keyset(cols: Sequence[str], keys: Sequence[tuple]) -> Iterator[tuple[str, list[str], list]]:
+    """One ``unnest`` of one text array per key column: the same statement for any batch size."""
+    arrays = ", ".join(["?::text[]"] * len(cols))
+    yield f"unnest({arrays}) AS k({', '.join(cols)}) JOIN", list(cols), [list(c) for c in zip(*keys)]
 
 
 @dataclasses.dataclass(frozen=True)
 class Dialect:
-    """What differs between backends: placeholder, how a write transaction begins, row locks."""
+    """What differs between backends: placeholder, how transactions begin, the write lock, key sets."""
     name: str
     placeholder: str  # "?" (sqlite3 qmark) or "%s" (psycopg format)
-    begin: str
-    lock_rows: str  # appended to SELECTs inside the update transaction
+    begin: str  # a write transaction
+    begin_read: str  # a read-only transaction with one snapshot for all its statements
+    lock_global: str  # appended to the first SELECT of a write transaction (the writers' queue)
+    keyset: Callable[[Sequence[str], Sequence[tuple]], Iterator[tuple[str, list[str], list]]]
 
     def sql(self, q: str) -> str:
         return q if self.placeholder == "?" else q.replace("?", self.placeholder)
 
 
-SQLITE = Dialect("sqlite", "?", "BEGIN IMMEDIATE", "")
-POSTGRES = Dialect("postgresql", "%s", "BEGIN", " FOR UPDATE")
+SQLITE = Dialect("sqlite", "?", "BEGIN IMMEDIATE", "BEGIN", "", _sqlite_keyset)
+POSTGRES = Dialect("postgresql", "%s", "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", " FOR UPDATE",
+                   _postgres_keyset)
 
 
 class SQLSTDB:
@@ -83,7 +109,7 @@ class SQLSTDB:
 
     def __init__(self, conn, dialect: Dialect, *, update_fn=stdb_update, **params: Any):
         self._conn, self._d = conn, dialect
-        self._update_fn, self._params = update_fn, params
+        self._fold, self._params = batch_fold(update_fn), params
         cur = conn.cursor()
         for stmt in filter(str.strip, SCHEMA_SQL.split(";")):
             cur.execute(stmt)
@@ -94,10 +120,14 @@ class SQLSTDB:
         cur.execute(self._d.sql(q), tuple(args))
         return cur
 
+    def _exec_many(self, q: str, rows: list) -> None:
+        if rows:
+            self._conn.cursor().executemany(self._d.sql(q), rows)
+
     @contextlib.contextmanager
-    def transaction(self):
+    def transaction(self, begin: str | None = None):
         """One explicit transaction: COMMIT on success, ROLLBACK on any exception."""
-        self._exec(self._d.begin)
+        self._exec(begin or self._d.begin)
         try:
             yield
         except BaseException:
@@ -105,72 +135,72 @@ class SQLSTDB:
             raise
         self._exec("COMMIT")
 
-    def _read(self, keys, anchors, lock: str = "") -> dict:
-        edges = {}
-        for k in keys:
-            row = self._exec(_SEL_EDGE + lock, k).fetchone()
-            if row is not None:
-                edges[k] = {"n_total": int(row[0]), "n_succ": int(row[1]), "d_sum": float(row[2])}
-        anc = {}
-        for a in anchors:
-            row = self._exec(_SEL_ANCHOR + lock, a).fetchone()
-            if row is not None:
-                anc[a] = {"v_bar": float(row[0]), "n_updates": int(row[1])}
-        g = self._exec(_SEL_GLOBAL + lock).fetchone()
-        return {"edges": edges, "anchors": anc, "n_succ_total": int(g[0]), "n_total_global": int(g[1])}
+    def _rows(self, table: str, cols: Sequence[str], values: str, keys: Sequence[tuple]) -> dict[tuple, tuple]:
+        """key -> (values...) of the stored rows among ``keys``."""
+        out: dict[tuple, tuple] = {}
+        n = len(cols)
+        for rel, kcols, args in (self._d.keyset(cols, keys) if keys else ()):
+            on = " AND ".join(f"t.{c} = k.{kc}" for c, kc in zip(cols, kcols))
+            q = f"SELECT {', '.join('t.' + c for c in cols)}, {values} FROM {rel} {table} AS t ON {on}"
+            out.update((tuple(r[:n]), tuple(r[n:])) for r in self._exec(q, args))
+        return out
 
-    @staticmethod
-    def _keys(anchors, fingerprints):
-        keys = list(dict.fromkeys((*tuple(a), f) for a, f in zip(anchors, fingerprints)))
-        return keys, list(dict.fromkeys(tuple(a) for a in anchors))
+    def _read(self, keys, anchors, lock: str = "") -> tuple[dict, dict, int, int]:
+        """The rows these keys address, as tuples; the global row first (with the writers' lock)."""
+        gs, gt = self._exec(_SEL_GLOBAL + lock).fetchone()
+        return (self._rows("stdb_edge", _EDGE_COLS, "t.n_total, t.n_succ, t.d_sum", keys),
+                self._rows("stdb_anchor", _ANCHOR_COLS, "t.v_bar, t.n_updates", anchors), int(gs), int(gt))
 
     # ----------------------------------------------------------------- the store contract
+    def apply_many(self, trajectories: Sequence[Mapping[str, Any]], plan=None) -> None:
+        """The body of :meth:`update_many`; call it inside :meth:`transaction`."""
+        plan = plan_batch(trajectories) if plan is None else plan
+        old_e, old_a, gs0, gt0 = self._read(*plan_keys(plan), self._d.lock_global)
+        edges = {k: list(v) for k, v in old_e.items()}
+        anchors = {u: list(v) for u, v in old_a.items()}
+        gs, gt = self._fold(plan, edges, anchors, gs0, gt0, **self._params)
+        zero_e, zero_a = (0, 0, 0.0), (0.0, 0)
+        self._exec_many(_UPSERT_EDGE, [(*k, e[0] - o[0], e[1] - o[1], e[2] - o[2])  # increments
+                                       for k, e in edges.items() for o in (old_e.get(k, zero_e),)])
+        self._exec_many(_UPSERT_ANCHOR, [(*u, a[0], a[1] - o[1])  # V-bar as set, n_updates as an increment
+                                         for u, a in anchors.items() for o in (old_a.get(u, zero_a),)])
+        self._exec(_BUMP_GLOBAL, (gs - gs0, gt - gt0))
+
     def apply(self, trajectory: Mapping[str, Any]) -> None:
-        """The body of :meth:`update`; call it inside :meth:`transaction`."""
-        keys, anchors = self._keys(trajectory["anchors"], trajectory["fingerprints"])
-        old = self._read(keys, anchors, self._d.lock_rows)
-        new = self._update_fn(old, trajectory, **self._params)
-        for k, e in new["edges"].items():
-            o = old["edges"].get(k, EDGE_ZERO)
-            delta = (e["n_total"] - o["n_total"], e["n_succ"] - o["n_succ"], e["d_sum"] - o["d_sum"])
-            if any(delta):
-                self._exec(_UPSERT_EDGE, (*k, *delta))
-        for a, v in new["anchors"].items():
-            o = old["anchors"].get(a)
-            if o is None or v != o:
-                dn = v["n_updates"] - (o["n_updates"] if o else 0)
-                self._exec(_UPSERT_ANCHOR, (*a, v["v_bar"], dn))
-        self._exec(_BUMP_GLOBAL, (new["n_succ_total"] - old["n_succ_total"],
-                                  new["n_total_global"] - old["n_total_global"]))
+        self.apply_many([trajectory])
+
+    def update_many(self, trajectories: Sequence[Mapping[str, Any]]) -> None:
+        """Fold a batch in, in order, as ONE transaction: all of it or none of it."""
+        plan = plan_batch(trajectories)  # a malformed trajectory is rejected before the transaction opens
+        with self.transaction():
+            self.apply_many(trajectories, plan)
 
     def update(self, trajectory: Mapping[str, Any]) -> None:
-        with self.transaction():
-            self.apply(trajectory)
+        self.update_many([trajectory])
 
     def lookup(self, anchors: Sequence[tuple[str, str]], fingerprints: Sequence[str]) -> dict:
-        keys, anc = self._keys(anchors, fingerprints)
-        return self._read(keys, anc)
+        keys = list(dict.fromkeys((*tuple(a), f) for a, f in zip(anchors, fingerprints)))
+        with self.transaction(self._d.begin_read):
+            return rows_to_state(*self._read(keys, list(dict.fromkeys(map(tuple, anchors)))))
 
     def snapshot(self) -> dict:
-        s = empty_stats()
-        for loc, prev, fp, nt, ns, ds in self._exec("SELECT loc, prev_fp, fp, n_total, n_succ, d_sum FROM stdb_edge"):
-            s["edges"][(loc, prev, fp)] = {"n_total": int(nt), "n_succ": int(ns), "d_sum": float(ds)}
-        for loc, prev, v, n in self._exec("SELECT loc, prev_fp, v_bar, n_updates FROM stdb_anchor"):
-            s["anchors"][(loc, prev)] = {"v_bar": float(v), "n_updates": int(n)}
-        g = self._exec(_SEL_GLOBAL).fetchone()
-        s["n_succ_total"], s["n_total_global"] = int(g[0]), int(g[1])
-        return s
+        with self.transaction(self._d.begin_read):
+            edges = {tuple(r[:3]): r[3:] for r in self._exec("SELECT loc, prev_fp, fp, n_total, n_succ, d_sum "
+                                                             "FROM stdb_edge")}
+            anchors = {tuple(r[:2]): r[2:] for r in self._exec("SELECT loc, prev_fp, v_bar, n_updates FROM stdb_anchor")}
+            gs, gt = self._exec(_SEL_GLOBAL).fetchone()
+        return rows_to_state(edges, anchors, gs, gt)
 
     def restore(self, stats: Mapping[str, Any]) -> None:
         with self.transaction():
+            self._exec(_SEL_GLOBAL + self._d.lock_global)
             self._exec("DELETE FROM stdb_edge")
             self._exec("DELETE FROM stdb_anchor")
             self._exec("UPDATE stdb_global SET n_succ_total = ?, n_total_global = ? WHERE id = 1",
                        (int(stats["n_succ_total"]), int(stats["n_total_global"])))
-            for k, e in stats["edges"].items():
-                self._exec(_UPSERT_EDGE, (*k, e["n_total"], e["n_succ"], e["d_sum"]))
-            for a, v in stats["anchors"].items():
-                self._exec(_UPSERT_ANCHOR, (*a, v["v_bar"], v["n_updates"]))
+            self._exec_many(_UPSERT_EDGE, [(*k, e["n_total"], e["n_succ"], e["d_sum"])
+                                           for k, e in stats["edges"].items()])
+            self._exec_many(_UPSERT_ANCHOR, [(*a, v["v_bar"], v["n_updates"]) for a, v in stats["anchors"].items()])
 
     def close(self) -> None:
         self._conn.close()
@@ -186,7 +216,7 @@ def sqlite_store(path: str | Path = ":memory:", *, timeout: float = 30.0, **para
 
 
 def postgres_store(dsn: str, *, connect: Callable | None = None, **params: Any) -> SQLSTDB:
-    """PostgreSQL through psycopg 3 (``pip install psycopg``): same schema, same update rule."""
+    """PostgreSQL through psycopg 3 (``pip install "psycopg[binary]"``): same schema, same update rule."""
     if connect is None:
         import psycopg  # an optional dependency, imported only here
 

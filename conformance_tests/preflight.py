@@ -1,0 +1,184 @@
+"""Pre-flight: can the implementation be run at all? Checked once, before any test.
+
+Import the module, find and call the factory, check every provided operation's signature against
+the contract Protocols, and check that the device exists. Each failure is one message (the
+factory's own exception with its traceback, once), never hundreds of identical test errors.
+``rlconform audit`` exits 3 on a failed pre-flight; ``pytest --impl`` reports one collection error.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
+
+from conformance_tests import contract
+
+DEFAULT_IMPL = "reference_impl:make"
+ENV_VAR = "RLCONFORM_IMPL"
+
+
+def resolve_impl_string(value: str | None) -> str:
+    return value or os.environ.get(ENV_VAR) or DEFAULT_IMPL
+
+
+class PreflightError(Exception):
+    """The implementation cannot be run; the message says why and what to do."""
+
+
+@dataclasses.dataclass
+class Preflight:
+    impl_string: str
+    impl: Any
+    name: str | None
+    version: str | None
+    commit: str | None
+    ops: dict[str, list[str]]  # family -> contract operations provided
+
+
+def _import(mod_name: str, value: str):
+    try:
+        return importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        if e.name and (mod_name == e.name or mod_name.startswith(e.name + ".")):
+            raise PreflightError(f"--impl {value!r}: no module named {e.name!r} (is the package installed in this "
+                                 f"environment, or its directory on PYTHONPATH?)") from None
+        raise PreflightError(f"--impl {value!r}: importing {mod_name!r} failed:\n{_tb(e)}") from None
+    except Exception as e:  # noqa: BLE001 - the user's module code raised while importing
+        raise PreflightError(f"--impl {value!r}: importing {mod_name!r} raised:\n{_tb(e)}") from None
+
+
+def _tb(e: BaseException) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-8)).rstrip()
+
+
+def build(value: str | None) -> Any:
+    """Import ``module:factory`` and call the factory, explaining every way that can go wrong."""
+    value = resolve_impl_string(value)
+    mod_name, sep, attr = value.partition(":")
+    if not sep or not mod_name or not attr:
+        raise PreflightError(f"--impl expects 'module:factory', got {value!r}")
+    factory = _import(mod_name, value)
+    for part in attr.split("."):
+        if not hasattr(factory, part):
+            raise PreflightError(f"--impl {value!r}: module {mod_name!r} has no attribute {attr!r}")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise PreflightError(f"--impl {value!r}: {attr!r} is a {type(factory).__name__}, not a callable factory")
+    try:
+        impl = factory()
+    except Exception as e:  # noqa: BLE001 - shown once, with its traceback
+        raise PreflightError(f"--impl {value!r}: the factory raised {type(e).__name__}:\n{_tb(e)}") from None
+    if not any(getattr(impl, fam, None) is not None for fam in contract.FAMILIES):
+        raise PreflightError(f"--impl {value!r}: the factory returned a {type(impl).__name__} with none of the "
+                             f"family attributes {', '.join(contract.FAMILIES)}")
+    return impl
+
+
+def _params(sig: inspect.Signature) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(positional names, required positional, keyword-only names, required keyword-only)."""
+    pos = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    kw = [p for p in sig.parameters.values() if p.kind == p.KEYWORD_ONLY]
+    return ([p.name for p in pos], [p.name for p in pos if p.default is p.empty],
+            [p.name for p in kw], [p.name for p in kw if p.default is p.empty])
+
+
+def signature_problem(family: str, op: str, fn: Any) -> str | None:
+    """Why ``fn`` cannot be called the way the suite calls ``family.op``, or None."""
+    if not callable(fn):
+        return f"{family}.{op} is a {type(fn).__name__}, not a function"
+    try:
+        got = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: nothing to check before calling it
+    want = inspect.signature(getattr(contract.protocol(family), op))
+    pos, pos_req, kw, kw_req = _params(want)
+    pos, pos_req = pos[1:], pos_req[1:]  # drop the Protocol's self
+    calls = (([object()] * len(pos), dict.fromkeys(kw, object())),  # every argument the contract names
+             ([object()] * len(pos_req), dict.fromkeys(kw_req, object())))  # only its required ones
+    for args, kwargs in calls:
+        try:
+            got.bind(*args, **kwargs)
+        except TypeError as e:
+            shown = ", ".join(pos + (["*"] if kw else []) + kw)
+            return (f"{family}.{op}{got} cannot be called as the contract calls it, {op}({shown}): {e} "
+                    f"(see the {family} contract page)")
+    return None
+
+
+def check_signatures(impl: Any, families: Iterable[str]) -> dict[str, list[str]]:
+    """family -> provided contract ops; PreflightError listing every op whose signature does not fit."""
+    provided, problems = {}, []
+    for fam in families:
+        ns = getattr(impl, fam, None)
+        if ns is None:
+            continue
+        provided[fam] = [op for op in contract.op_names(fam) if getattr(ns, op, None) is not None]
+        problems += [p for op in provided[fam] if (p := signature_problem(fam, op, getattr(ns, op)))]
+    if problems:
+        raise PreflightError("operations whose signature does not fit the contract:\n  " + "\n  ".join(problems))
+    return provided
+
+
+def check_device(device: str) -> None:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise PreflightError(f"--device {device!r} is not a torch device: {e}") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise PreflightError(f"--device {device}: this torch ({torch.__version__}) sees no CUDA device; "
+                                 "run with --device cpu or on a machine with a GPU")
+        if dev.index is not None and dev.index >= n:
+            raise PreflightError(f"--device {device}: only {n} CUDA device(s) visible")
+        return
+    try:
+        torch.empty(1, device=dev)
+    except Exception as e:  # noqa: BLE001
+        raise PreflightError(f"--device {device}: tensors cannot be created there ({type(e).__name__}: {e})") from None
+
+
+def git_commit(obj: Any) -> str | None:
+    """The git commit (``+dirty`` when the tree has changes) of the checkout holding ``obj``'s module."""
+    mod = sys.modules.get(getattr(obj, "__module__", "") or "") if not inspect.ismodule(obj) else obj
+    path = getattr(mod, "__file__", None)
+    if not path:
+        return None
+    where = str(Path(path).resolve().parent)
+    try:
+        head = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def run(value: str | None, *, device: str = "cpu", families: Iterable[str] | None = None) -> Preflight:
+    """Every pre-flight check; :class:`PreflightError` on the first that fails."""
+    value = resolve_impl_string(value)
+    impl = build(value)
+    fams = list(families) if families else list(contract.FAMILIES)
+    if not any(getattr(impl, f, None) is not None for f in fams):
+        raise PreflightError(f"--impl {value!r} provides none of the audited families ({', '.join(fams)})")
+    ops = check_signatures(impl, fams)
+    check_device(device)
+    factory_module = sys.modules.get(value.partition(":")[0])
+    return Preflight(value, impl, getattr(impl, "name", None), _str(getattr(impl, "version", None)),
+                     git_commit(factory_module), ops)
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)

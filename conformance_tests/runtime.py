@@ -1,0 +1,358 @@
+"""The suite's machinery for one pytest session, registered by :func:`conformance_tests.plugin.activate`.
+
+It owns everything the plugin must not do to other projects: loading rlconform's hypothesis profile,
+one torch thread, the recording proxy's configuration, the pre-flight, the per-test time budget,
+per-test records (streamed as JSON lines for ``rlconform audit`` and written whole with
+``--rlconform-report``) and the restoration of all of it when the session ends.
+
+Per-test records travel on ``report.user_properties`` so that a pytest-xdist controller, which
+collects nothing itself, builds the same records from its workers' reports.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance_tests import harness, preflight
+from conformance_tests.plugin import option
+from rlconform.expectations import load_expectations
+from rlconform.spec import SpecError, default_spec
+from rlconform.yamlfile import YamlFileError
+
+DEFAULT_TIMEOUT = 120.0
+# Outcomes of one test. ``not_run``: selected but never executed (interrupted, or skipped after a hang).
+OUTCOMES = ("pass", "fail", "error", "timeout", "expected_fail", "xpass", "not_applicable", "skipped", "not_run")
+_PROP = "rlconform"  # the user_properties key holding a test's record
+_BLOB = re.compile(r"@reproduce_failure\([^()]*\)")
+
+
+def _profiles():
+    from hypothesis import HealthCheck, Phase, settings
+
+    quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    settings.register_profile("rlconform-ci", max_examples=25, derandomize=True, deadline=None, database=None,
+                              print_blob=True, suppress_health_check=quiet)
+    settings.register_profile("rlconform-release", max_examples=300, deadline=None, database=None,
+                              print_blob=True, suppress_health_check=quiet)
+    # Killing a mutant needs one failing example, not the minimal one: no shrinking.
+    settings.register_profile("rlconform-mutant", parent=settings.get_profile("rlconform-ci"),
+                              phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    return settings
+
+
+def item_clauses(item) -> tuple[str, ...]:
+    ids: list[str] = []
+    for m in item.iter_markers("clause"):
+        ids.extend(m.args)
+    return tuple(dict.fromkeys(ids))
+
+
+def test_kind(item) -> str:
+    """``golden`` (hand-computed values), ``example`` (other fixed inputs) or ``property`` (hypothesis):
+    the order in which a clause's failures are most informative to a reader."""
+    fn = getattr(item, "function", None)
+    if getattr(fn, "is_hypothesis_test", False):
+        return "property"
+    return "golden" if "golden" in item.name else "example"
+
+
+def _notes(excinfo) -> list[str]:
+    notes = getattr(excinfo.value, "__notes__", None) or []
+    return [n for n in notes if isinstance(n, str)]
+
+
+class RlconformRun:
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.worker = getattr(config, "workerinput", None) is not None
+        self.impl = preflight.resolve_impl_string(option(config, "impl"))
+        self.device = option(config, "device", "RLCONFORM_DEVICE", "cpu")
+        self.profile = option(config, "profile", "RLCONFORM_PROFILE", "ci")
+        if self.profile not in ("ci", "release", "mutant"):
+            raise pytest.UsageError(f"RLCONFORM_PROFILE must be ci, release or mutant, got {self.profile!r}")
+        self.timeout = float(option(config, "timeout", "RLCONFORM_TIMEOUT", DEFAULT_TIMEOUT))
+        self.families = _csv(option(config, "families"))
+        self.clauses = _csv(option(config, "clauses"))
+        self._restore: list = []
+        self._setup_torch()
+        self.seed = self._setup_hypothesis()
+        prev = harness.configure(self.impl, self.device)
+        self._restore.append(lambda: harness.configure(*prev))
+        self.spec = self._spec()
+        try:
+            self.expectations = load_expectations(option(config, "expectations"), self.spec.clauses)
+        except YamlFileError as e:
+            raise pytest.UsageError(f"--expectations: {e}") from None
+        self.preflight_error: str | None = None
+        self._preflight_reported = False
+        self.info: dict[str, Any] = {}
+        try:
+            pf = preflight.run(self.impl, device=self.device, families=self.families or None)
+            self.info = {"impl_name": pf.name, "impl_version": pf.version, "impl_commit": pf.commit}
+        except preflight.PreflightError as e:
+            self.preflight_error = str(e)
+        self.tests: dict[str, dict] = {}
+        self.unmatched: list[str] = []
+        self.started = time.time()
+        path = option(config, "events")
+        self.events = open(path, "a", encoding="utf-8", buffering=1) if path and not self.worker else None
+
+    # ------------------------------------------------------------------ setup / restore
+    def _setup_torch(self) -> None:
+        import torch
+
+        if os.environ.get("RLCONFORM_THREADS") is None:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # the suite's tensors are tiny: intra-op threads only add synchronisation
+            self._restore.append(lambda: torch.set_num_threads(threads))
+
+    def _setup_hypothesis(self) -> int | str:
+        import hypothesis.core
+
+        settings = _profiles()
+        previous = settings._current_profile  # no public getter for the active profile's name
+        settings.load_profile(f"rlconform-{self.profile}")
+        self._restore.append(lambda: settings.load_profile(previous))
+        if self.profile == "release":
+            seed = option(self.config, "seed")
+            seed = int(seed) if seed is not None else random.SystemRandom().randrange(2**32)
+            forced = hypothesis.core.global_force_seed  # what hypothesis' own --hypothesis-seed sets
+            hypothesis.core.global_force_seed = seed
+            self._restore.append(lambda: setattr(hypothesis.core, "global_force_seed", forced))
+            return seed
+        return "derandomized"
+
+    def _spec(self):
+        try:
+            return default_spec()
+        except SpecError as e:
+            raise pytest.UsageError(f"spec/ is invalid: {e}") from None
+
+    def restore(self) -> None:
+        for undo in reversed(self._restore):
+            undo()
+        self._restore.clear()
+        if self.events:
+            self.events.close()
+            self.events = None
+
+    def _emit(self, **event: Any) -> None:
+        if self.events:
+            self.events.write(json.dumps(event, default=str) + "\n")
+
+    # ------------------------------------------------------------------ collection
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector):
+        """A failed pre-flight is ONE collection error (on the first test module); no test runs."""
+        outcome = yield
+        if not self.preflight_error or not isinstance(collector, pytest.Module):
+            return
+        rep = outcome.get_result()
+        if not self._preflight_reported:
+            self._preflight_reported = True
+            rep.outcome = "failed"
+            rep.longrepr = f"rlconform pre-flight: the implementation cannot be run\n{self.preflight_error}"
+            self._emit(event="preflight", error=self.preflight_error)
+
+    @pytest.hookimpl(trylast=True)  # after -m/-k deselection: record only what will run
+    def pytest_collection_modifyitems(self, session, config, items):
+        if self.preflight_error:
+            items[:] = []
+            return
+        spec = self.spec
+        unknown = sorted({c for it in items for c in item_clauses(it) if c not in spec.clauses})
+        if unknown and not option(config, "skip-id-check"):
+            raise pytest.UsageError(f"tests name clause id(s) absent from spec/: {', '.join(unknown)}")
+        bad = sorted(set(self.clauses) - set(spec.clauses))
+        if bad:
+            raise pytest.UsageError(f"--clauses names unknown clause id(s): {', '.join(bad)}")
+        bad = sorted(set(self.families) - set(spec.families))
+        if bad:
+            raise pytest.UsageError(f"--families names unknown famil(ies): {', '.join(bad)} "
+                                    f"(known: {', '.join(spec.families)})")
+        keep = list(items)
+        if self.clauses:
+            keep = [it for it in keep if set(self.clauses) & set(item_clauses(it))]
+        if self.families:
+            keep = [it for it in keep if any(spec.clause(c).family in self.families for c in item_clauses(it))]
+        skip_file = option(config, "skip-file")
+        if skip_file:
+            skip = set(Path(skip_file).read_text(encoding="utf-8").split())
+            keep = [it for it in keep if it.nodeid not in skip]
+        kept = {id(it) for it in keep}
+        drop = [it for it in items if id(it) not in kept]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+        matched: set[str] = set()
+        for it in items:
+            record = self._new_record(it)
+            hit = [c for c in record["clauses"] if c in self.expectations]
+            if hit:
+                matched.update(hit)
+                reason = "; ".join(f"{c}: {self.expectations[c]['reason']}" for c in hit)
+                it.add_marker(pytest.mark.xfail(reason=f"expected failure ({reason})", strict=False))
+            it.user_properties.append(("clause", ",".join(record["clauses"])))
+            self.tests[it.nodeid] = record
+        self.unmatched = sorted(set(self.expectations) - matched)
+        if self.worker:
+            self.config.workeroutput.update(rlconform_tests=self.tests, rlconform_unmatched=self.unmatched)
+        self._emit(event="collected", tests=self.tests, unmatched_expectations=self.unmatched)
+
+    def _new_record(self, item) -> dict:
+        return {"clauses": list(item_clauses(item)), "kind": test_kind(item),
+                "meta": any(True for _ in item.iter_markers("meta")), "outcome": None}
+
+    # ------------------------------------------------------------------ running
+    def pytest_runtest_setup(self, item):
+        harness.begin_test(clauses=item_clauses(item), timeout=self.timeout or None)
+
+    def pytest_runtest_teardown(self, item):
+        harness.end_test()
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self._emit(event="start", nodeid=nodeid, t=time.time())
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        record = self.tests.get(nodeid) or {}
+        self._emit(event="finish", nodeid=nodeid, outcome=record.get("outcome"), clauses=record.get("clauses", []))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        rep = (yield).get_result()
+        if call.when == "setup":
+            # the record rides on every phase's report: an xdist controller learns it from there
+            rep.user_properties.append((_PROP, self.tests.get(item.nodeid) or self._new_record(item)))
+        extra: dict[str, Any] = {}
+        if call.excinfo is not None and rep.failed:
+            if harness.not_applicable_calls() and _gave_up(call.excinfo):
+                extra["status"] = "not_applicable"  # every example was declared not applicable
+            elif call.excinfo.errisinstance(harness.OpTimeout):
+                extra["status"] = "timeout"
+            elif call.excinfo.errisinstance(harness.ImplementationError) or call.when != "call":
+                extra["status"] = "error"
+            examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure
+            if examples:
+                extra["falsifying_example"] = "\n".join(examples)
+            blob = [m.group(0) for n in _notes(call.excinfo) if (m := _BLOB.search(n))]
+            if blob:
+                extra["reproduce_failure"] = blob[0]
+        if call.when == "call" or (rep.failed and call.when == "setup"):
+            snippet = harness.repro_snippet()
+            if snippet and (rep.failed or self.config.option.xmlpath):
+                extra["repro"] = snippet
+                rep.sections.append(("rlconform repro", snippet))
+                item.user_properties.append(("repro", snippet))  # a JUnit <property> on the testcase
+                rep.user_properties.append(("repro", snippet))
+        if extra:
+            rep.user_properties.append((_PROP + "_result", extra))
+
+    def pytest_runtest_logreport(self, report):
+        props = dict(report.user_properties)
+        record = self.tests.get(report.nodeid)
+        if record is None:
+            record = dict(props.get(_PROP) or {"clauses": [], "kind": "example", "meta": False, "outcome": None})
+            self.tests[report.nodeid] = record
+        if not (report.when == "call" or report.failed or report.skipped):
+            return
+        extra = props.get(_PROP + "_result") or {}
+        status = _classify(report, extra)
+        # a teardown error after a passing call still counts: the first non-pass wins
+        if record["outcome"] in (None, "pass") or status != "pass":
+            record["outcome"] = status
+            if status != "pass":
+                text = getattr(report, "longreprtext", None) or str(report.longrepr)
+                record["message"] = harness.plain_text(text)[-4000:]
+                record.update({k: v for k, v in extra.items() if k != "status"})
+        record["duration"] = round(record.get("duration", 0.0) + report.duration, 4)
+        self._emit(event="result", nodeid=report.nodeid, when=report.when, record=record)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """xdist controller: learn the workers' collected tests (so never-run ones are reported) and
+        their unmatched expectations (every worker collects the same tests)."""
+        output = getattr(node, "workeroutput", {}) or {}
+        for nodeid, record in output.get("rlconform_tests", {}).items():
+            self.tests.setdefault(nodeid, record)
+        if "rlconform_unmatched" in output:
+            self.unmatched = output["rlconform_unmatched"]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self._emit(event="collected_ids", count=len(ids))
+
+    # ------------------------------------------------------------------ reporting
+    def pytest_report_header(self, config):
+        spec = self.spec
+        fams = self.families or [f for f in spec.families]
+        versions = ", ".join(f"{f} {spec.families[f].version}" for f in fams if f in spec.families)
+        named = (f"{self.info.get('impl_name') or '?'} {self.info.get('impl_version') or '?'}"
+                 if not self.preflight_error else "cannot be run (see the collection error)")
+        return [f"rlconform: impl={self.impl} ({named}) device={self.device} profile={self.profile} seed={self.seed}",
+                f"rlconform: spec {versions}"]
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        for clause in self.unmatched:
+            terminalreporter.write_line(f"rlconform: warning: expectation for {clause} matches no collected test",
+                                        yellow=True)
+        na = sum(1 for t in self.tests.values() if t["outcome"] == "not_applicable")
+        if na:
+            terminalreporter.write_line(f"rlconform: {na} test(s) not applicable "
+                                        "(operations the implementation does not provide)")
+
+    def payload(self, exitstatus: int, interrupted: bool) -> dict:
+        for record in self.tests.values():
+            if record["outcome"] is None:
+                record["outcome"] = "not_run"
+        return {
+            "impl": self.impl, **self.info, "preflight_error": self.preflight_error,
+            "profile": self.profile, "device": self.device, "seed": self.seed, "families": self.families,
+            "started": self.started, "finished": time.time(), "exitstatus": int(exitstatus),
+            "interrupted": interrupted, "tests": self.tests, "expectations": self.expectations,
+            "unmatched_expectations": self.unmatched,
+        }
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.worker:
+            return
+        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or bool(session.shouldstop)
+        payload = self.payload(exitstatus, interrupted)
+        self._emit(event="finished", exitstatus=int(exitstatus), interrupted=interrupted,
+                   unmatched_expectations=self.unmatched)
+        path = option(self.config, "report")
+        if path:
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+            tmp.replace(path)
+
+
+def _gave_up(excinfo) -> bool:
+    """Hypothesis found no example to run (all rejected), rather than a failing one."""
+    from hypothesis.errors import FailedHealthCheck, Unsatisfiable
+
+    return excinfo.errisinstance((Unsatisfiable, FailedHealthCheck))
+
+
+def _classify(rep, extra: dict) -> str:
+    if hasattr(rep, "wasxfail"):
+        return "expected_fail" if rep.skipped else "xpass"
+    if rep.skipped:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        return "not_applicable" if harness.NOT_APPLICABLE in reason else "skipped"
+    if rep.failed:
+        return extra.get("status", "fail")
+    return "pass"
+
+
+def _csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]

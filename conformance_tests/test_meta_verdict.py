@@ -1,0 +1,482 @@
+"""Meta-tests: the audit's verdict cannot lie, and the plugin stays out of other projects.
+
+Each test is a case that once passed silently or failed confusingly: a malformed expectations file,
+the caller's pytest configuration, an implementation that cannot be imported or built, a wrong
+signature, a missing device, a hung or input-mutating operation, Ctrl-C, report fidelity, JUnit
+properties, the plugin in an unrelated project, a gate over a messy run, a trainer restart.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+
+import reference_impl
+from conformance_tests.impl import override
+from rlconform import cli
+from rlconform.audit import clause_report, render_checklist, run_suite
+from rlconform.expectations import load_expectations
+from rlconform.spec import default_spec
+from rlconform.yamlfile import YamlFileError
+
+pytestmark = pytest.mark.meta
+HERE = "conformance_tests.test_meta_verdict"
+
+
+def _cli(*argv, cwd=None, env=None):
+    """(exit code, stdout, stderr) of ``rlconform`` run in-process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+# ----------------------------------------------------------------------------- implementations under test
+def flawed_impl():
+    """Three defects at once: PPO masking that writes into its input, a Top-p-free soft value that hangs,
+    and V1's TD target that bootstraps through terminal steps."""
+    ref = reference_impl.make()
+
+    def masked_logits(logits, mask):
+        logits.masked_fill_(~mask, -1e9)  # in place: the caller's logits are changed
+        return logits
+
+    def soft_value(probs, q1, q2, legal_mask, *, alpha):
+        time.sleep(1000)
+
+    def td_target(reward, done, next_value, *, gamma):
+        return reward + gamma * next_value
+
+    impl = override(ref, "ppo", masked_logits=masked_logits)
+    return override(impl, "sac", soft_value=soft_value, td_target=td_target)
+
+
+def deaf_hang_impl():
+    """An operation that hangs where no signal reaches it (as a stuck C call would)."""
+    def soft_value(probs, q1, q2, legal_mask, *, alpha):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(1000)
+
+    return override(reference_impl.make(), "sac", soft_value=soft_value)
+
+
+def stalling_isreshape_impl():
+    """IS-Reshape whose importance ratio takes forever: an audit under a time budget cannot finish."""
+    def importance_ratio(log_prob, ref_log_prob, *, log_ratio_clamp=20.0):
+        time.sleep(1000)
+
+    return override(reference_impl.make(), "isreshape", importance_ratio=importance_ratio)
+
+
+def raising_factory():
+    raise RuntimeError("cannot open the checkpoint shard 3 of 8")
+
+
+def wrong_signature_impl():
+    def td_target(reward, done):  # the contract passes next_value and gamma too
+        return reward
+
+    return override(reference_impl.make(), "sac", td_target=td_target)
+
+
+def empty_ppo_impl():
+    return types.SimpleNamespace(name="nothing", version="0", ppo=types.SimpleNamespace())
+
+
+not_a_factory = 42
+
+
+# ----------------------------------------------------------------------------- expectations (exit 2)
+@pytest.mark.parametrize("text, message", [
+    ("- {clause: SAC-TD-1}\n", "exp.yaml:1: [0].reason: required field is missing"),
+    ("- {clause: SAC-TD-1, reason: x, url: y}\n", "[0].url: unknown field"),
+    ("- {clause: SAC-NOPE-9, reason: x}\n", "clause: unknown clause id 'SAC-NOPE-9'"),
+    ("SAC-TD-1: kept\nSAC-TD-1: twice\n", "exp.yaml:2: SAC-TD-1: duplicate key"),
+    ("expected_failures: [{clause: SAC-TD-1, reason: a}, {clause: SAC-TD-1, reason: b}]\n", "declared twice"),
+    ("- {clause: SAC-TD-1, reason: [unclosed\n", "not valid YAML"),
+    ("", "the file is empty"),
+    ("just a string\n", "is not valid under any of the given schemas"),
+])
+def test_malformed_expectations_exit_2_naming_file_and_line(tmp_path, text, message):
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    code, _, err = _cli("audit", "--family", "sac", "--out", tmp_path / "out", "--expectations", path)
+    assert code == 2, err
+    assert message in err and str(path) in err
+
+
+def test_missing_expectations_file_exits_2(tmp_path):
+    code, _, err = _cli("audit", "--out", tmp_path, "--expectations", tmp_path / "absent.yaml")
+    assert code == 2 and "no such file" in err
+
+
+def test_expectations_mapping_and_list_forms_mean_the_same(tmp_path):
+    spec = default_spec().clauses
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("SAC-TD-1: V1 kept on purpose\nSAC-TEMP-1: {reason: sign, link: 'https://x.invalid/1'}\n")
+    b.write_text("- {clause: SAC-TD-1, reason: V1 kept on purpose}\n"
+                 "- {clause: SAC-TEMP-1, reason: sign, link: 'https://x.invalid/1'}\n")
+    assert load_expectations(a, spec) == load_expectations(b, spec)
+    assert load_expectations(a, spec)["SAC-TD-1"]["reason"] == "V1 kept on purpose"
+
+
+def test_expectation_error_line_points_at_the_entry(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("- {clause: SAC-TD-1, reason: ok}\n- {clause: SAC-TD-1, reason: again}\n")
+    with pytest.raises(YamlFileError, match=rf"{path}:2: clause: SAC-TD-1 is declared twice"):
+        load_expectations(path, default_spec().clauses)
+
+
+# ----------------------------------------------------------------------------- the implementation cannot run (exit 3)
+@pytest.mark.parametrize("impl, message", [
+    ("no_such_pkg_xyz.adapter:make", "no module named 'no_such_pkg_xyz'"),
+    (f"{HERE}:not_a_factory", "is a int, not a callable factory"),
+    (f"{HERE}:no_such_name", "has no attribute 'no_such_name'"),
+    (f"{HERE}:raising_factory", "cannot open the checkpoint shard 3 of 8"),
+    (f"{HERE}:wrong_signature_impl", "sac.td_target(reward, done) cannot be called as the contract calls it"),
+])
+def test_an_implementation_that_cannot_run_exits_3_with_one_message(tmp_path, impl, message):
+    code, out, err = _cli("audit", "--impl", impl, "--out", tmp_path)
+    assert code == 3, (out, err)
+    assert message in err
+    assert err.count("the implementation cannot be run") == 1 and "Traceback" not in out  # once, not per test
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_factory_exception_is_shown_with_its_traceback(tmp_path):
+    code, _, err = _cli("audit", "--impl", f"{HERE}:raising_factory", "--out", tmp_path)
+    assert code == 3 and "Traceback" in err and "in raising_factory" in err
+
+
+def test_unavailable_device_exits_3_before_any_test(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the case is a machine without it")  # meta-test of the harness only
+    code, _, err = _cli("audit", "--device", "cuda", "--out", tmp_path)
+    assert code == 3 and "sees no CUDA device" in err
+
+
+def test_pytest_impl_preflight_is_a_single_collection_error():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance_tests", "-m", "not meta",
+                           "-p", "no:cacheprovider", "--impl", f"{HERE}:raising_factory", "-q"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
+    assert proc.returncode != 0
+    assert "1 error" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    assert proc.stdout.count("cannot open the checkpoint shard 3 of 8") <= 3  # the error and its summary line
+
+
+# ----------------------------------------------------------------------------- one audit with three defects
+@pytest.fixture(scope="module")
+def flawed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("flawed")
+    payload = run_suite(f"{HERE}:flawed_impl", clauses=["PPO-MASK-1", "SAC-V-1", "SAC-TD-1", "SAC-TOPP-2"],
+                        timeout=8, extra=["--junitxml", str(tmp / "junit.xml")])
+    return clause_report(payload), tmp / "junit.xml"
+
+
+def _entry(report, cid):
+    return next(c for c in report["clauses"] if c["id"] == cid)
+
+
+def test_an_input_mutating_op_fails_naming_op_and_argument(flawed):
+    mask1 = _entry(flawed[0], "PPO-MASK-1")
+    assert mask1["status"] == "fail"
+    assert "ppo.masked_logits modified its input 'logits' in place" in mask1["message"]
+    repro = next(t["repro"] for t in mask1["failing_tests"] if "repro" in t)
+    assert "-1000000000.0" not in repro.split("print(")[-1]  # the repro replays the ORIGINAL logits
+
+
+def test_a_hung_op_marks_its_clause_timeout_and_the_audit_goes_on(flawed):
+    report = flawed[0]
+    assert _entry(report, "SAC-V-1")["status"] == "timeout"
+    assert _entry(report, "SAC-TOPP-2")["status"] == "pass"
+    assert "SAC-V-1" in report["summary"]["must_failed"] and report["summary"]["exit_code"] == 1
+
+
+def test_report_keeps_every_failing_test_golden_first_with_hypothesis_details(flawed):
+    td = _entry(flawed[0], "SAC-TD-1")
+    kinds = [t["kind"] for t in td["failing_tests"]]
+    assert len(kinds) >= 2 and kinds == sorted(kinds, key=["golden", "example", "property"].index)
+    assert td["failing_test"] == td["failing_tests"][0]["test"]
+    assert td["message"] == td["failing_tests"][0]["message"]  # status and message come from one test
+    prop = next(t for t in td["failing_tests"] if t["kind"] == "property")
+    assert prop["falsifying_example"].startswith(prop["test"].split("::")[-1] + "(")
+    assert prop["reproduce_failure"].startswith("@reproduce_failure(")
+    assert "np.float64" not in json.dumps(flawed[0]) and "array([" not in json.dumps(flawed[0])
+
+
+def test_report_names_versions_commit_seed_and_only_the_audited_families(tmp_path):
+    code, out, err = _cli("audit", "--impl", f"{HERE}:stalling_isreshape_impl", "--family", "isreshape",
+                          "--out", tmp_path, "--profile", "release", "--seed", "1234", "--timeout", "600",
+                          "--budget", "25")
+    report = json.loads((tmp_path / "report.json").read_text())
+    info = report["run_info"]
+    assert info["families"] == ["isreshape"] and list(info["spec_versions"]) == ["isreshape"]
+    assert info["seed"] == 1234 and info["rlconform"] and info["implementation_version"]
+    assert "sac" not in (tmp_path / "checklist.md").read_text().split("## Grey-release")[0]
+    assert code == 4 and info["budget_exhausted"]  # the stalled op holds the run past its budget
+    assert report["summary"]["tests_not_run"] > 0
+    assert report["summary"]["error"] == 0  # what never ran is "not run", never ERROR
+
+
+def test_junit_xml_carries_clause_and_repro_properties(flawed):
+    root = ET.parse(flawed[1]).getroot()
+    cases = root.findall(".//testcase")
+    assert cases
+    for case in cases:
+        props = {p.get("name"): p.get("value") for p in case.findall("./properties/property")}
+        assert props.get("clause"), f"{case.get('name')} has no clause property"
+        assert "repro" in props and "load_impl(" in props["repro"]
+
+
+def test_a_hang_that_ignores_signals_is_killed_and_the_run_resumes():
+    payload = run_suite(f"{HERE}:deaf_hang_impl", clauses=["SAC-V-1", "SAC-TD-1"], timeout=2, grace=3)
+    report = clause_report(payload)
+    st = {c["id"]: c["status"] for c in report["clauses"]}
+    assert st["SAC-V-1"] == "timeout" and st["SAC-TD-1"] == "pass"
+    assert payload["hung"] and not payload["interrupted"]  # each test of the hung op was stopped, then skipped
+    assert all(n.startswith("conformance_tests/test_sac_backup.py::test_soft_value") for n in payload["hung"])
+
+
+def test_ctrl_c_reports_what_ran_and_exits_4(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "rlconform.cli", "audit", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    for line in proc.stderr:  # wait until the suite is really running
+        if "[" in line and "/" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4, (out[-2000:], err[-2000:])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["run_info"]["interrupted"] and report["summary"]["tests_not_run"] > 0
+    assert report["summary"]["error"] == 0 and "interrupted" in report["summary"]["verdict"]
+
+
+def test_no_executed_test_is_no_verdict():
+    report = clause_report(run_suite(f"{HERE}:empty_ppo_impl", clauses=["PPO-MASK-1"]))
+    assert report["summary"]["not_applicable"] == 1 and report["summary"]["exit_code"] == 4
+
+
+# ----------------------------------------------------------------------------- isolation from the caller
+def test_the_callers_pytest_configuration_does_not_reach_the_audit(tmp_path, monkeypatch):
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -n 2 --collect-only -x -p no:rlconform\n")
+    (tmp_path / "conftest.py").write_text("import pytest\n\ndef pytest_collection_modifyitems(items):\n"
+                                          "    items.clear()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--collect-only --deselect conformance_tests")
+    code, out, err = _cli("audit", "--family", "isreshape", "--out", tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert code == 0, err
+    assert report["summary"]["clauses"] >= 20 and report["summary"]["pass"] == report["summary"]["clauses"]
+    assert "tests selected" in err  # progress is streamed (plain lines when not a terminal)
+
+
+def test_the_plugin_leaves_an_unrelated_project_alone(tmp_path):
+    (tmp_path / "conftest.py").write_text(textwrap.dedent('''
+        import sys
+        from hypothesis import settings
+        settings.register_profile("theirs", max_examples=7)
+        settings.load_profile("theirs")
+
+        def pytest_addoption(parser):
+            parser.addoption("--device", default="tpu")
+            parser.addoption("--profile", default="fast")
+        '''))
+    (tmp_path / "test_theirs.py").write_text(textwrap.dedent('''
+        import sys
+        from hypothesis import settings
+
+        def test_untouched(pytestconfig):
+            assert "torch" not in sys.modules, "the rlconform plugin imported torch"
+            assert settings.default.max_examples == 7, settings.default
+            assert pytestconfig.getoption("--device") == "tpu"
+            assert pytestconfig.getoption("--profile") == "fast"
+
+        def test_torch_threads_untouched():
+            import torch
+            assert torch.get_num_threads() == 2
+        '''))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "RLCONFORM_IMPL")}
+    env["OMP_NUM_THREADS"] = "2"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "rlconform" in subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True,
+                                         cwd=tmp_path, env=env).stdout  # the plugin was loaded all along
+
+
+# ----------------------------------------------------------------------------- gate over a messy run
+def _metrics(tmp_path, lines):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
+    return path
+
+
+def _ppo_records(n, **override):
+    base = {"family": "ppo", "approx_kl": 0.01, "clip_fraction": 0.15, "ratio_mean": 1.0, "entropy_ratio": 0.5,
+            "log_prob_min": -5.0}
+    return [{**base, "update": i, **{k: v(i) if callable(v) else v for k, v in override.items()}} for i in range(n)]
+
+
+def test_gate_passes_a_clean_run_and_fails_nan_partway(tmp_path):
+    assert _cli("gate", _metrics(tmp_path, _ppo_records(10)))[0] == 0
+    recs = _ppo_records(10, approx_kl=lambda i: math.nan if i == 4 else 0.01)
+    text = "\n".join(json.dumps(r) for r in recs)  # json writes NaN, as the trainers' logs do
+    path = tmp_path / "nan.jsonl"
+    path.write_text(text + "\n")
+    code, out, _ = _cli("gate", path)
+    assert code == 1 and "non-finite" in out
+
+
+def test_gate_with_every_metric_missing_is_not_ok(tmp_path):
+    path = _metrics(tmp_path, [{"family": "ppo", "update": 0, "other": 1.0}])
+    code, out, _ = _cli("gate", path)
+    assert code == 1 and "gates: FAILED" in out
+    assert _cli("gate", path, "--allow-missing")[0] == 0
+
+
+@pytest.mark.parametrize("lines, message", [
+    (_ppo_records(3) + [_ppo_records(3)[1]], "metrics.jsonl:4: update 1 goes backwards from update 2"),
+    (_ppo_records(2) + [_ppo_records(2)[1]], "metrics.jsonl:3: update 1 repeats update 1"),
+    (_ppo_records(2, approx_kl="high"), "metrics.jsonl:1: metric 'approx_kl' is 'high', not a number"),
+    (["[1, 2]"] + _ppo_records(2), "metrics.jsonl:1: expected a JSON object per line"),
+    (["{not json"] + _ppo_records(2), "metrics.jsonl:1: not a JSON object"),
+])
+def test_gate_rejects_messy_runs_naming_file_and_line(tmp_path, lines, message):
+    code, _, err = _cli("gate", _metrics(tmp_path, lines))
+    assert code == 2 and message in err
+
+
+def test_gate_warns_about_a_torn_last_line_and_reads_the_rest(tmp_path):
+    path = _metrics(tmp_path, _ppo_records(4) + ['{"family": "ppo", "update": 4, "approx_'])
+    code, out, err = _cli("gate", path)
+    assert code == 0 and "metrics.jsonl:5: torn last line ignored" in err and "4 records" in out
+
+
+# ----------------------------------------------------------------------------- trainers restart cleanly
+def test_a_restart_without_checkpoint_drops_the_killed_attempts_records(tmp_path):
+    from reference_impl.common.run import RunDir
+
+    run = RunDir(tmp_path, family="ppo", config={"lr": 1.0})
+    for u in range(2):  # an attempt killed before its first checkpoint
+        run.log(update=u)
+    run = RunDir(tmp_path, family="ppo", config={"lr": 1.0})
+    assert run.metrics() == [] and run.load() is None
+    for u in range(3):
+        run.log(update=u)
+    assert [r["update"] for r in run.metrics()] == [0, 1, 2]
+
+
+def test_resume_trims_a_torn_last_line_with_a_warning(tmp_path):
+    from reference_impl.common.run import RunDir
+
+    run = RunDir(tmp_path, family="ppo", config={"lr": 1.0})
+    for u in range(3):
+        run.log(update=u, loss=0.5)
+    run.save({"update": 1})
+    with open(run.metrics_path, "a") as f:
+        f.write('{"family": "ppo", "upd')
+    run = RunDir(tmp_path, family="ppo", config={"lr": 1.0}, resume=True)
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl:4: torn last line dropped"):
+        assert run.load() == {"update": 1}
+    assert [r["update"] for r in run.metrics()] == [0, 1]
+
+
+# ----------------------------------------------------------------------------- CLI basics
+def test_version_and_bench_help():
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as e, contextlib.redirect_stdout(io.StringIO()) as out:
+        cli.main(["--version"])
+    assert e.value.code == 0 and out.getvalue().strip() == f"rlconform {metadata.version('rlconform')}"
+    code, out, _ = _cli("bench", "--help")
+    assert code == 0 and out.startswith("usage: rlconform bench") and "pytest.main" not in out
+
+
+def test_packages_are_typed():
+    import conformance_tests
+    import rlconform
+
+    for pkg in (conformance_tests, reference_impl, rlconform):
+        assert (Path(pkg.__file__).parent / "py.typed").exists(), pkg.__name__
+
+
+# ----------------------------------------------------------------------------- what a third party declares
+def _reference_without_capabilities(**sac_ops):
+    impl = override(reference_impl.make(), "sac", **sac_ops) if sac_ops else reference_impl.make()
+    impl.capabilities = {}
+    return impl
+
+
+def unmasked_softmax_impl():
+    """A library without masks: it declares every input with an illegal action not applicable."""
+    from conformance_tests import NotApplicable
+
+    ref = reference_impl.make().sac.masked_softmax
+
+    def masked_softmax(logits, legal_mask, *, eps=1e-8):
+        if not bool(legal_mask.all()):
+            raise NotApplicable("this library has no action masks")
+        return ref(logits, legal_mask, eps=eps)
+
+    return _reference_without_capabilities(masked_softmax=masked_softmax)
+
+
+def plain_errors_impl():
+    """A library that rejects bad input with its own error messages (no rlconform clause ids)."""
+    ref = reference_impl.make().sac.masked_softmax
+
+    def masked_softmax(logits, legal_mask, *, eps=1e-8):
+        try:
+            return ref(logits, legal_mask, eps=eps)
+        except ValueError:
+            raise ValueError("invalid logits") from None
+
+    return _reference_without_capabilities(masked_softmax=masked_softmax)
+
+
+def test_not_applicable_per_call_discards_examples_never_fails():
+    report = clause_report(run_suite(f"{HERE}:unmasked_softmax_impl", clauses=["SAC-MASK-1", "SAC-MASK-2"]))
+    st = {c["id"]: c["status"] for c in report["clauses"]}
+    assert st["SAC-MASK-1"] in ("pass", "not_applicable") and st["SAC-MASK-2"] == "not_applicable", st
+    assert report["summary"]["error"] == report["summary"]["fail"] == 0
+
+
+def test_third_party_input_clauses_accept_any_rejection_but_not_silence():
+    report = clause_report(run_suite(f"{HERE}:plain_errors_impl", clauses=["SAC-INPUT-1", "SAC-INPUT-2"]))
+    st = {c["id"]: c["status"] for c in report["clauses"]}
+    assert st["SAC-INPUT-1"] == st["SAC-INPUT-2"] == "pass", st
+    native = clause_report(run_suite("conformance_tests.test_meta_verdict:plain_errors_native", clauses=["SAC-INPUT-1"]))
+    assert native["clauses"][0]["status"] == "fail"  # declaring errors_name_clauses makes the id required
+
+
+def plain_errors_native():
+    impl = plain_errors_impl()
+    impl.capabilities = {"errors_name_clauses": True}
+    return impl
+
+
+def test_a_clause_without_any_test_is_never_passed():
+    # a suite whose only test checks ISR-W-1 cannot vouch for the rest of the family
+    payload = {"families": ["isreshape"], "tests": {"t::a": {"clauses": ["ISR-W-1"], "outcome": "pass", "kind": "golden"}}}
+    report = clause_report(payload)
+    status = {c["id"]: c["status"] for c in report["clauses"]}
+    assert status["ISR-W-1"] == "pass" and status["ISR-F-1"] == "untested"
+    assert report["summary"]["exit_code"] == 4 and "have no test" in report["summary"]["verdict"]
+    assert "No test in this suite" in render_checklist(report)
+    only = clause_report({**payload, "clauses": ["ISR-W-1"]})  # a clause-filtered run asks for no more
+    assert only["summary"]["exit_code"] == 0

@@ -1,0 +1,126 @@
+"""PPO §7 self-test and §11 seed gaps: the share of log-prob jumps above 2, ratio.std, and the
+"slowly decreasing" entropy trend."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance_tests import strategies as st_
+from conformance_tests.harness import assert_close, assert_equal, assert_that
+from conformance_tests.oracles import np_
+from conformance_tests.test_ppo_update import HP, np_log_softmax, setup
+
+
+# ----------------------------------------------------------------------------- PPO-SELFTEST-1
+@pytest.mark.clause("PPO-SELFTEST-1")
+@given(st_.log_prob_pairs(spread=6.0), st.floats(0.5, 4.0))
+def test_jump_share_matches_numpy(ppo, pair, threshold):
+    old, new = pair
+    got = ppo.log_ratio_excess(new, old, threshold=threshold)
+    assert_close(got, float(np.mean((np_(new) - np_(old)) > threshold)), "PPO-SELFTEST-1")
+    assert_that(got.dtype == new.dtype, "PPO-SELFTEST-1", got.dtype, f"the log-probs' dtype {new.dtype}")
+
+
+@pytest.mark.clause("PPO-SELFTEST-1")
+def test_jump_share_golden_from_the_seed_symptom(ppo):
+    # §0: the new distribution is uniform over 5 actions (log-prob -log 5 = -1.609) while the old one
+    # was peaked. Old log-probs -4.0 and -3.7 give jumps 2.39 and 2.09 (> 2), -3.5 gives 1.89, a drop
+    # (new below old) never counts, and a jump of exactly 2 is not "> 2".
+    new = torch.full((5,), -math.log(5), dtype=torch.float64)
+    old = torch.tensor([-4.0, -3.7, -3.5, -0.5, -math.log(5) - 2.0], dtype=torch.float64)
+    assert_equal(ppo.log_ratio_excess(new, old), 0.4, "PPO-SELFTEST-1", what="2 of 5 rows jump by more than 2")
+    assert_equal(ppo.log_ratio_excess(new, new), 0.0, "PPO-SELFTEST-1", what="no jump at all")
+
+
+@pytest.mark.clause("PPO-SELFTEST-1")
+@given(st_.log_prob_pairs(spread=6.0))
+def test_jump_share_is_the_ratio_above_e_squared(ppo, pair):
+    """Differential: new − old > 2 is the same event as a ratio above e², counted through the ratio op."""
+    old, new = pair
+    r = ppo.ratio(new, old)
+    log_r = np.log(np_(r))
+    sure = np.abs(log_r - 2.0) > 1e-9  # rows decided the same way whatever the rounding of exp/log
+    share = ppo.log_ratio_excess(new, old)
+    want = np.mean(np.where(sure, log_r > 2.0, (np_(new) - np_(old)) > 2.0))
+    assert_close(share, float(want), "PPO-SELFTEST-1")
+
+
+# ----------------------------------------------------------------------------- PPO-RATIO-2
+@pytest.mark.clause("PPO-RATIO-2")
+@given(st_.ratios_and_advantages())
+def test_ratio_std_is_the_bessel_corrected_std(ppo, case):
+    r, _ = case
+    want = float(np.std(np_(r), ddof=1)) if r.numel() > 1 else 0.0
+    assert_close(ppo.ratio_std(r), want, "PPO-RATIO-2")
+
+
+@pytest.mark.clause("PPO-RATIO-2")
+def test_ratio_std_golden(ppo):
+    r = torch.tensor([0.5, 1.0, 1.5, 1.0], dtype=torch.float64)  # deviations ±0.5, 0, 0 -> var 0.5/3
+    assert_close(ppo.ratio_std(r), math.sqrt(0.5 / 3), "PPO-RATIO-2")
+    assert_equal(float(ppo.ratio_std(torch.tensor([1.7], dtype=torch.float64))), 0.0, "PPO-RATIO-2",
+                 what="a single row")
+
+
+@pytest.mark.clause("PPO-RATIO-2")
+@given(st_.rollouts(), st.integers(2, 12))
+@settings(max_examples=15, deadline=None)
+def test_update_reports_ratio_std_of_each_replayed_minibatch(ppo, r, mb):
+    actor, critic, opt, batch = setup(ppo, r)
+    recs = ppo.ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=mb, max_grad_norm=1.0,
+                          target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+    assert_equal(recs[0]["ratio_std"], 0.0, "PPO-RATIO-2", what="first minibatch: every ratio is exactly 1")
+    for rec, (states, table) in zip(recs, actor.forwards):  # one recorded forward per minibatch
+        mask = batch["mask"].numpy()[states]
+        lp = np_log_softmax(table[states], mask)
+        new = lp[np.arange(len(states)), batch["action"].numpy()[states]]
+        ratio = np.exp(new - batch["old_log_prob"].detach().numpy()[states])
+        want = float(np.std(ratio, ddof=1)) if len(states) > 1 else 0.0
+        assert_close(rec["ratio_std"], want, "PPO-RATIO-2", what=f"epoch {rec['epoch']} minibatch {rec['minibatch']}")
+
+
+# ----------------------------------------------------------------------------- PPO-SLO-6
+def _np_trend(h: np.ndarray) -> tuple[float, float]:
+    slope, intercept = np.polyfit(np.arange(len(h), dtype=np.float64), h, 1)
+    return float(slope), float(intercept)
+
+
+@pytest.mark.clause("PPO-SLO-6")
+@given(st.integers(2, 64).flatmap(lambda n: st_.tensors((n,), lo=0.0, hi=3.0)))
+def test_entropy_trend_matches_a_least_squares_fit(ppo, h):
+    got = ppo.entropy_trend(h)
+    slope, intercept = _np_trend(np_(h))
+    assert_close(got["slope"], slope, "PPO-SLO-6", what="slope")
+    assert_close(got["intercept"], intercept, "PPO-SLO-6", what="intercept")
+    decline = -slope * (len(h) - 1)
+    if abs(slope) > 1e-9:
+        assert_equal(bool(got["decreasing"]), slope < 0, "PPO-SLO-6", what="decreasing")
+    if abs(decline - intercept) > 1e-9:
+        assert_equal(bool(got["slow"]), decline < intercept, "PPO-SLO-6", what="slow")
+
+
+@pytest.mark.clause("PPO-SLO-6")
+def test_entropy_trend_golden(ppo):
+    slow = ppo.entropy_trend(torch.tensor([1.6, 1.5, 1.4, 1.3], dtype=torch.float64))  # b = -0.1, a = 1.6
+    assert_close(slow["slope"], -0.1, "PPO-SLO-6")
+    assert_that(slow["decreasing"] and slow["slow"], "PPO-SLO-6", slow, "decreasing and slow (decline 0.3 < 1.6)")
+    stuck = ppo.entropy_trend(torch.full((6,), math.log(5), dtype=torch.float64))  # §0: pinned at log 5
+    assert_that(not stuck["decreasing"], "PPO-SLO-6", stuck, "a constant entropy is not decreasing")
+    collapse = ppo.entropy_trend(torch.tensor([1.6, 0.8, 0.1, 0.0], dtype=torch.float64))  # b = -0.55, a = 1.525
+    assert_that(collapse["decreasing"] and not collapse["slow"], "PPO-SLO-6", collapse,
+                "a collapse (decline 1.65 >= start 1.525) is not slow")
+
+
+@pytest.mark.clause("PPO-SLO-6")
+@given(st.integers(2, 40), st.floats(-0.05, 0.05), st.floats(0.5, 2.0))
+def test_entropy_trend_recovers_an_exact_line(ppo, n, b, a):
+    """Differential: on an exact line the fit returns that line (closed form, no noise)."""
+    h = torch.tensor(a + b * np.arange(n), dtype=torch.float64)
+    got = ppo.entropy_trend(h)
+    assert_close(got["slope"], b, "PPO-SLO-6", what="slope of an exact line")
+    assert_close(got["intercept"], a, "PPO-SLO-6", what="intercept of an exact line")

@@ -1,0 +1,129 @@
+"""One SAC V2 update in the order of the §8 loop, as four phases (seed 000, §6, §8, §9).
+
+``update_step`` runs the phases in :data:`ORDER`: critic (target under no_grad, then one clipped
+step), policy (against the just-updated critics, plus BC), temperature (entropy of the policy as it
+was before its step) and the soft target update last. Mutants reorder :data:`ORDER` through
+:func:`run_phases` instead of copying the loop.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable, Sequence
+
+import torch
+
+from reference_impl.sac.backup import td_target, top_p_soft_value
+from reference_impl.sac.losses import clamp_log_alpha, critic_loss_total, policy_loss_total, temperature_loss
+from reference_impl.sac.masking import entropy, masked_softmax, target_entropy
+from reference_impl.sac.updates import soft_update
+
+ORDER = ("critic", "policy", "temperature", "target")  # SAC-STEP-1
+BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done", "is_demo", "legal_mask", "next_legal_mask")
+
+
+def init_target(critic: torch.nn.Module) -> torch.nn.Module:
+    r"""\bar φ_i ← φ_i: a frozen deep copy of the online critics (equal values, separate storage).
+
+    Implements: SAC-TARGET-2.
+    """
+    target = copy.deepcopy(critic)
+    return target.requires_grad_(False)
+
+
+def _clipped_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_norm: float) -> float:
+    """zero_grad, backward, clip the global L2 norm of ``params`` at ``max_norm``, step; the norm before."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(list(params), max_norm)  # SAC-GRAD-1
+    opt.step()
+    return float(norm)
+
+
+def _critic_phase(s: dict, b: dict, hp: dict) -> None:
+    alpha = s["log_alpha"].detach().exp()
+    with torch.no_grad():
+        pi_next = masked_softmax(s["policy"](b["next_obs"]), b["next_legal_mask"])  # SAC-MASK-1/2
+        q1_t, q2_t = s["target"](b["next_obs"])
+        v_next = top_p_soft_value(pi_next, q1_t, q2_t, b["next_legal_mask"], alpha=alpha, p=hp["top_p"])  # SAC-TOPP-3
+        y = td_target(b["reward"], b["done"], v_next, gamma=hp["gamma"])  # SAC-TD-1
+    q1_all, q2_all = s["critic"](b["obs"])
+    loss = critic_loss_total(q1_all, q2_all, b["action"], y, legal_mask=b["legal_mask"], delta=hp["huber_delta"],
+                             lam_cql=hp["lambda_cql"], use_cql=hp["use_cql"])  # SAC-CRITIC-2
+    s["out"]["critic_grad_norm"] = _clipped_step(s["opt_q"], loss, s["critic"].parameters(), hp["grad_clip"])
+    s["out"].update(critic_loss=float(loss.detach()), target_mean=float(y.mean()))
+
+
+def _policy_phase(s: dict, b: dict, hp: dict) -> None:
+    alpha = s["log_alpha"].detach().exp()
+    pi = masked_softmax(s["policy"](b["obs"]), b["legal_mask"])  # SAC-MASK-1/2
+    with torch.no_grad():
+        q1, q2 = s["critic"](b["obs"])  # the critics as they are now (after the critic phase)
+    p = hp["top_p"] if hp["policy_use_topp"] else None
+    loss = policy_loss_total(pi, q1, q2, b["legal_mask"], b["action"], b["is_demo"], alpha=alpha,
+                             lam_bc=hp["lambda_bc"], p=p)  # SAC-POL-3
+    s["pi_before_step"] = pi.detach()
+    s["out"]["policy_grad_norm"] = _clipped_step(s["opt_pi"], loss, s["policy"].parameters(), hp["grad_clip"])
+    s["out"]["policy_loss"] = float(loss.detach())
+
+
+def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
+    pi = s.get("pi_before_step")
+    if pi is None:  # only a reordered (mutant) loop gets here before the policy phase
+        with torch.no_grad():
+            pi = masked_softmax(s["policy"](b["obs"]), b["legal_mask"])
+    H = entropy(pi, b["legal_mask"])  # SAC-ENT-2
+    H_tgt = target_entropy(b["legal_mask"], kappa=hp["kappa"]).to(H.dtype)  # SAC-ENT-1
+    s["opt_alpha"].zero_grad(set_to_none=True)
+    temperature_loss(s["log_alpha"], H, H_tgt).backward()  # SAC-TEMP-2
+    s["opt_alpha"].step()
+    with torch.no_grad():
+        s["log_alpha"].copy_(clamp_log_alpha(s["log_alpha"], alpha_min=hp["alpha_min"], alpha_max=hp["alpha_max"]))  # SAC-TEMP-3
+    s["out"].update(entropy=float(H.mean()), alpha=float(s["log_alpha"].detach().exp()))
+
+
+def _target_phase(s: dict, b: dict, hp: dict) -> None:
+    with torch.no_grad():
+        for pt, p in zip(s["target"].parameters(), s["critic"].parameters()):
+            pt.copy_(soft_update(pt, p, tau=hp["tau"]))  # SAC-TARGET-1
+
+
+PHASES: dict[str, Callable[[dict, dict, dict], None]] = {
+    "critic": _critic_phase, "policy": _policy_phase, "temperature": _temperature_phase, "target": _target_phase,
+}
+
+
+def run_phases(order: Sequence[str], policy, critic, target, log_alpha, optimizers: dict, batch: dict,
+               **hp) -> dict:
+    """The phases of :func:`update_step` in the given order; returns the diagnostics."""
+    missing = [k for k in BATCH_KEYS if k not in batch]
+    if missing:
+        raise ValueError(f"[SAC-STEP-1] batch lacks field(s) {missing}")
+    s = {"policy": policy, "critic": critic, "target": target, "log_alpha": log_alpha,
+         "opt_q": optimizers["q"], "opt_pi": optimizers["pi"], "opt_alpha": optimizers["alpha"], "out": {}}
+    for name in order:
+        PHASES[name](s, batch, hp)
+    return s["out"]
+
+
+def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
+    """An ``update_step`` running the phases in ``order`` (the reference uses :data:`ORDER`)."""
+
+    def update_step(policy, critic, target, log_alpha, optimizers: dict, batch: dict, *, gamma: float = 0.995,
+                    top_p: float = 0.98, kappa: float = 0.9, tau: float = 0.005, lambda_bc: float = 0.1,
+                    lambda_cql: float = 0.5, use_cql: bool = True, policy_use_topp: bool = False,
+                    huber_delta: float = 1.0, grad_clip: float = 0.5, alpha_min: float = 1e-4,
+                    alpha_max: float = 2.0) -> dict:
+        r"""One V2 update: critic step, policy step against the updated critics, temperature step on the
+        entropy of the pre-step policy, soft target update; each network step clips its gradient norm.
+
+        Implements: SAC-STEP-1, SAC-GRAD-1 (and calls SAC-CRITIC-2, SAC-POL-3, SAC-TEMP-2/3, SAC-TARGET-1).
+        """
+        return run_phases(order, policy, critic, target, log_alpha, optimizers, batch, gamma=gamma, top_p=top_p,
+                          kappa=kappa, tau=tau, lambda_bc=lambda_bc, lambda_cql=lambda_cql, use_cql=use_cql,
+                          policy_use_topp=policy_use_topp, huber_delta=huber_delta, grad_clip=grad_clip,
+                          alpha_min=alpha_min, alpha_max=alpha_max)
+
+    return update_step
+
+
+update_step = make_update_step()

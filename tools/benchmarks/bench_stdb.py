@@ -1,0 +1,184 @@
+"""STDB edge updates per second (CCAPO-STDB-1..4, CCAPO-STDB-6): our stores against the floors of the
+same increments written with nothing else around them.
+
+Workload: GRPO-style batches of 64 trajectories (8 prompts x 8 rollouts, 20 steps each; rollouts of
+a prompt share its rooms and objects, so edges repeat within a batch as in a real run), 20 batches
+per round, folded into a fresh store each round (the store's creation is not timed). One "edge
+update" is one distinct edge of one trajectory (an N_total increment). Rows:
+
+* ``sqlite_store`` / ``postgres_store`` / ``memory_store``: ``update_many(batch)``, one transaction
+  per batch, with the full rule (counts, d_goal, V-bar);
+* ``sqlite_store_per_trajectory``: ``update(trajectory)``, one transaction each (the old trainer loop);
+* ``raw_executemany``: the counter upserts alone, precomputed, one ``executemany`` per batch;
+* ``dict``: the counter increments alone, precomputed, into a Python dict.
+
+Run: ``python -m pytest tools/benchmarks -k bench_stdb`` (naming the file itself collects it twice:
+once by pytest, once by tools/benchmarks/conftest.py); the edge updates/s of every row and the
+ratios are printed at the end (one run, same process, rows one after another).
+"""
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from reference_impl.ccapo.stdb import MemorySTDB, postgres_store, sqlite_store, trajectory_edges
+from reference_impl.ccapo.stdb.sql import _UPSERT_EDGE, SCHEMA_SQL
+
+PROMPTS, ROLLOUTS, STEPS, BATCHES = 8, 8, 20, 20
+ROUNDS = 5
+RATES: dict[str, float] = {}  # row -> edge updates/s (median round)
+LABEL = "STDB edge updates [{} batches x 64 trajectories]".format(BATCHES)
+
+
+def _batches(seed: int = 0) -> list[list[dict]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(BATCHES):
+        batch = []
+        for _ in range(PROMPTS):
+            rooms = [f"room{rng.randrange(40)}" for _ in range(5)]
+            objs = [f"TAKE(obj{rng.randrange(300)})" for _ in range(12)] + [f"GOTO({r})" for r in rooms]
+            for _ in range(ROLLOUTS):
+                fps = [rng.choice(objs) for _ in range(STEPS)]
+                anchors = [(rng.choice(rooms), "<START>" if t == 0 else fps[t - 1]) for t in range(STEPS)]
+                batch.append({"anchors": anchors, "fingerprints": fps, "success": rng.random() < 0.4})
+        out.append(batch)
+    return out
+
+
+def _increments(batches) -> list[list[tuple]]:
+    """Per batch, one (loc, prev_fp, fp, +N_total, +N_succ, +d_sum) row per edge update."""
+    rows = []
+    for batch in batches:
+        rb = []
+        for tr in batch:
+            ok, T = bool(tr["success"]), len(tr["fingerprints"])
+            rb += [(*k, 1, int(ok), float(T - 1 - t) if ok else 0.0) for k, t in trajectory_edges(tr).items()]
+        rows.append(rb)
+    return rows
+
+
+class _RateReport:
+    """Prints every row's edge updates/s in the terminal summary (registered once as a plugin)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if RATES:
+            terminalreporter.write_sep("-", f"STDB edge updates/s ({self.n} per round, median of {ROUNDS} rounds)")
+            raw = RATES.get("raw_executemany")
+            for row, rate in RATES.items():
+                vs = f"   {rate / raw:.2f}x raw executemany" if raw else ""
+                terminalreporter.write_line(f"{row:30s} {rate:>12,.0f}/s{vs}")
+
+
+@pytest.fixture(scope="module")
+def workload(request):
+    batches = _batches()
+    n = sum(len(trajectory_edges(tr)) for b in batches for tr in b)
+    if not request.config.pluginmanager.has_plugin("bench-stdb-rates"):
+        request.config.pluginmanager.register(_RateReport(n), "bench-stdb-rates")
+    return batches, _increments(batches), n
+
+
+def _run(benchmark, record_median, key, setup, fn, n, pair=None):
+    benchmark.group = "stdb"
+    benchmark.extra_info["edge_updates"] = n
+    benchmark.pedantic(fn, setup=setup, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    record_median(f"stdb/{key}", benchmark, pair=pair)
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None and getattr(stats, "stats", None) is not None:
+        RATES[key] = n / stats.stats.median
+        benchmark.extra_info["edge_updates_per_s"] = RATES[key]
+
+
+def _store_rows(make, batches, per_trajectory=False):
+    def setup():
+        return (make(),), {}
+
+    def fold(store):
+        for b in batches:
+            if per_trajectory:
+                for tr in b:
+                    store.update(tr)
+            else:
+                store.update_many(b)
+        store.close()
+    return setup, fold
+
+
+def test_dict(benchmark, record_median, workload):
+    _, rows, n = workload
+
+    def setup():
+        return ({},), {}
+
+    def fold(d):
+        for rb in rows:
+            for loc, prev, fp, nt, ns, ds in rb:
+                e = d.get((loc, prev, fp))
+                if e is None:
+                    d[(loc, prev, fp)] = [nt, ns, ds]
+                else:
+                    e[0] += nt
+                    e[1] += ns
+                    e[2] += ds
+    _run(benchmark, record_median, "dict", setup, fold, n)
+
+
+def test_raw_executemany(benchmark, record_median, workload, tmp_path):
+    _, rows, n = workload
+    paths = iter(range(10**6))
+
+    def setup():
+        conn = sqlite3.connect(str(tmp_path / f"raw{next(paths)}.sqlite"), isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for stmt in filter(str.strip, SCHEMA_SQL.split(";")):
+            conn.execute(stmt)
+        return (conn,), {}
+
+    def fold(conn):
+        for rb in rows:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_UPSERT_EDGE, rb)
+            conn.execute("COMMIT")
+        conn.close()
+    _run(benchmark, record_median, "raw_executemany", setup, fold, n)
+
+
+def test_memory_store(benchmark, record_median, workload):
+    batches, _, n = workload
+    setup, fold = _store_rows(MemorySTDB, batches)
+    _run(benchmark, record_median, "memory_store", setup, fold, n,
+         pair=(f"{LABEL}: dict time / memory store time", "stdb/dict", "stdb/memory_store"))
+
+
+def test_sqlite_store(benchmark, record_median, workload, tmp_path):
+    batches, _, n = workload
+    paths = iter(range(10**6))
+    setup, fold = _store_rows(lambda: sqlite_store(tmp_path / f"s{next(paths)}.sqlite"), batches)
+    _run(benchmark, record_median, "sqlite_store", setup, fold, n,
+         pair=(f"{LABEL}: raw executemany time / SQLite store time", "stdb/raw_executemany", "stdb/sqlite_store"))
+
+
+def test_sqlite_store_per_trajectory(benchmark, record_median, workload, tmp_path):
+    batches, _, n = workload
+    paths = iter(range(10**6))
+    setup, fold = _store_rows(lambda: sqlite_store(tmp_path / f"t{next(paths)}.sqlite"), batches, per_trajectory=True)
+    _run(benchmark, record_median, "sqlite_store_per_trajectory", setup, fold, n,
+         pair=(f"{LABEL}: SQLite one transaction per trajectory / per batch", "stdb/sqlite_store_per_trajectory",
+               "stdb/sqlite_store"))
+
+
+def test_postgres_store(benchmark, record_median, workload, request):
+    from conformance_tests.stdb_backends import postgres_server  # skips, with the reason, without a server
+
+    server = postgres_server(request.config)
+    batches, _, n = workload
+    setup, fold = _store_rows(lambda: postgres_store(server.fresh_dsn()), batches)
+    _run(benchmark, record_median, "postgres_store", setup, fold, n,
+         pair=(f"{LABEL}: SQLite store time / PostgreSQL store time", "stdb/sqlite_store", "stdb/postgres_store"))
