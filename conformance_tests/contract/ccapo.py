@@ -112,5 +112,21 @@ class CcapoOps(Protocol):
     def defaults(self) -> dict:
         """The defaults table (see the CCAPO-DEFAULT-* clauses)."""
 
+    # ---------------------------------------------------------------- §6 the update loop
+    def ccapo_update(self, policy: "torch.nn.Module", ref_policy: "torch.nn.Module",
+                     optimizer: "torch.optim.Optimizer", batch: Mapping[str, Tensor], *, clip_eps: float = 0.2,
+                     beta_kl: float = 0.04, epochs: int = 4, minibatch_size: int = 64, max_grad_norm: float = 1.0,
+                     generator: "torch.Generator | None" = None) -> list[dict]:
+        """PPO-clip + KL epochs in place on B stored trajectories. ``policy(obs, legal)`` and
+        ``ref_policy(obs, legal)`` -> [b, T, A] log-probabilities (``optimizer`` holds the policy's
+        parameters only). ``batch``: obs [B, T, ...], legal [B, T, A] bool, action [B, T] long,
+        logp_old [B, T] (cached at sampling), advantage [B, T] (A_total), mask [B, T] bool. Each epoch
+        is a fresh shuffle of the trajectories into minibatches of ``minibatch_size`` (every
+        trajectory exactly once, the remainder last); each minibatch zeroes the gradients, descends
+        the negated objective of ``policy_loss`` on its rows with the KL to π_ref at the stored
+        actions (π_ref frozen: no gradient), clips the policy's global gradient norm at
+        ``max_grad_norm`` and steps (CCAPO-UPDATE-1). Returns one dict per minibatch: float loss,
+        loss_clip, loss_kl, kl_ref, approx_kl, clip_fraction, grad_norm, int epoch, minibatch."""
+
 
 CONTRACT = CcapoOps

@@ -157,3 +157,29 @@ def kl_gradient_into_reference(ref):
         return {**out, "loss": out["loss"] + leak}
 
     return override(ref, "ccapo", policy_loss=policy_loss)
+
+
+@mutant("CCAPO-UPDATE-1", doc="Gradients accumulate across minibatches: the update loop never zeroes them.",
+        source="004 §6; an optimizer.zero_grad() dropped from the loop")
+def gradients_accumulated_across_minibatches(ref):
+    from reference_impl.ccapo.update import make_ccapo_update
+
+    def step(optimizer, loss, params, max_grad_norm):
+        loss.backward()  # onto whatever the previous minibatches left in .grad
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        return norm
+
+    return override(ref, "ccapo", ccapo_update=make_ccapo_update(step=step))
+
+
+@mutant("CCAPO-UPDATE-1", doc="The KL term is taken to the sampling (old) policy instead of the reference policy.",
+        source="004 §6: D_KL(π_θ‖π_ref), not ‖π_old")
+def kl_against_old_policy(ref):
+    from reference_impl.ccapo.update import make_ccapo_update
+
+    def objective(logp_new, mb, *, clip_eps, beta_kl):
+        return ref.ccapo.policy_loss(logp_new, mb["logp_old"], mb["logp_old"], mb["advantage"], mb["mask"],
+                                     clip_eps=clip_eps, beta_kl=beta_kl)
+
+    return override(ref, "ccapo", ccapo_update=make_ccapo_update(objective=objective))

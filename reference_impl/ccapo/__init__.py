@@ -24,10 +24,12 @@ from reference_impl.ccapo.fingerprints import (
 from reference_impl.ccapo.losses import policy_loss
 from reference_impl.ccapo.scoring import criticality, distance_decay, importance, q_stdb, score_steps
 from reference_impl.ccapo.stdb.update import empty_stats, stdb_update
+from reference_impl.ccapo.update import ccapo_update
 
 __all__ = [
     "fingerprint", "abstract_location", "anchor", "Fingerprinter", "FINGERPRINTERS", "register_fingerprinter",
     "importance", "criticality", "distance_decay", "q_stdb", "score_steps",
     "macro_return", "loop_mask", "micro_reward", "macro_advantage", "micro_raw_advantage",
     "micro_advantage", "fuse_advantages", "stdb_update", "empty_stats", "policy_loss", "defaults",
+    "ccapo_update",
 ]

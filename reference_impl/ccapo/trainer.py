@@ -28,12 +28,12 @@ from reference_impl.ccapo import (
     micro_advantage,
     micro_raw_advantage,
     micro_reward,
-    policy_loss,
     score_steps,
 )
 from reference_impl.ccapo.defaults import DEFAULTS
 from reference_impl.ccapo.env import ACTIONS, OBS_DIM, KeyChestEnv, make_layout
 from reference_impl.ccapo.stdb import sqlite_store
+from reference_impl.ccapo.update import ccapo_update
 from reference_impl.common import RunDir, progress, seed_everything
 
 
@@ -48,6 +48,7 @@ class Config:
     hidden: int = 64  # MLP width
     lr: float = 3e-3  # Adam learning rate
     epochs: int = 4  # PPO epochs over each batch
+    minibatch_size: int = 64  # trajectories per gradient step (64 = prompts x group_size: one step per epoch)
     grad_clip: float = 1.0  # global gradient-norm clip
     beta: float = DEFAULTS["beta"]  # micro-stream weight (CCAPO-DEFAULT-3)
     sigma_min: float = DEFAULTS["sigma_min"]  # micro z-score std floor (CCAPO-DEFAULT-3)
@@ -137,18 +138,14 @@ def advantages(batch: dict, store, cfg: Config, device) -> tuple[torch.Tensor, d
                                                             "stdb_hit_rate": hits / max(steps, 1)}
 
 
-def ppo_update(policy, ref, opt, batch, adv, cfg: Config) -> dict:
-    with torch.no_grad():
-        logp_ref = ref(batch["obs"], batch["legal"]).gather(-1, batch["act"][..., None]).squeeze(-1)
-    for _ in range(cfg.epochs):
-        logp_new = policy(batch["obs"], batch["legal"]).gather(-1, batch["act"][..., None]).squeeze(-1)
-        out = policy_loss(logp_new, batch["logp"], logp_ref, adv, batch["mask"], clip_eps=cfg.clip_eps,
-                          beta_kl=cfg.beta_kl)  # CCAPO-PPO-1, CCAPO-PPO-2
-        opt.zero_grad()
-        out["loss"].backward()
-        nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-        opt.step()
-    return {k: float(v.detach()) for k, v in out.items()}
+def ppo_update(policy, ref, opt, batch, adv, cfg: Config, gen: torch.Generator) -> dict:
+    """PPO-clip + KL epochs on the rollout (the checked ``ccapo_update``); the last minibatch's metrics."""
+    rows = {"obs": batch["obs"], "legal": batch["legal"], "action": batch["act"], "logp_old": batch["logp"],
+            "advantage": adv, "mask": batch["mask"]}
+    records = ccapo_update(policy, ref, opt, rows, clip_eps=cfg.clip_eps, beta_kl=cfg.beta_kl, epochs=cfg.epochs,
+                           minibatch_size=cfg.minibatch_size, max_grad_norm=cfg.grad_clip,
+                           generator=gen)  # CCAPO-UPDATE-1 (CCAPO-PPO-1, CCAPO-PPO-2)
+    return records[-1]
 
 
 def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
@@ -179,7 +176,7 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
         layouts = [pool[i] for i in rng.choice(len(pool), cfg.prompts, replace=False)]
         batch = rollout(policy, layouts, cfg, gen, device)
         adv, stats = advantages(batch, store, cfg, device)
-        diag = ppo_update(policy, ref, opt, batch, adv, cfg)
+        diag = ppo_update(policy, ref, opt, batch, adv, cfg, gen)
         store.update_many([{"anchors": a, "fingerprints": f, "success": bool(ok)}  # CCAPO-STDB-1..4
                            for a, f, ok in zip(batch["anchors"], batch["fps"], batch["success"])])  # CCAPO-STDB-6
         shortest = np.mean([lay.shortest for lay in layouts])

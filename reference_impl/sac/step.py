@@ -3,17 +3,23 @@
 ``update_step`` runs the phases in :data:`ORDER`: critic (target under no_grad, then one clipped
 step), policy (against the just-updated critics, plus BC), temperature (entropy of the policy as it
 was before its step) and the soft target update last. Mutants reorder :data:`ORDER` through
-:func:`run_phases` instead of copying the loop.
+:func:`run_phases` instead of copying the loop. The trainer (``reference_impl.sac.trainer``) calls
+``update_step`` itself, so the loop the suite checks is the loop that trains.
+
+Diagnostics stay tensors while the phases run and become Python floats once, at the end (one
+stacked tensor, one ``.tolist()``: a single device sync per update).
 """
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Callable, Sequence
 
 import torch
 
-from reference_impl.sac.backup import td_target, top_p_soft_value
-from reference_impl.sac.losses import clamp_log_alpha, critic_loss_total, policy_loss_total, temperature_loss
+from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
+from reference_impl.sac.losses import (bc_loss, clamp_log_alpha, critic_loss, critic_loss_total, policy_loss_total,
+                                       temperature_loss)
 from reference_impl.sac.masking import entropy, masked_softmax, target_entropy
 from reference_impl.sac.updates import soft_update
 
@@ -30,13 +36,17 @@ def init_target(critic: torch.nn.Module) -> torch.nn.Module:
     return target.requires_grad_(False)
 
 
-def _clipped_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_norm: float) -> float:
+def _clipped_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_norm: float) -> torch.Tensor:
     """zero_grad, backward, clip the global L2 norm of ``params`` at ``max_norm``, step; the norm before."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(list(params), max_norm)  # SAC-GRAD-1
     opt.step()
-    return float(norm)
+    return norm
+
+
+def _taken(q_all: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    return q_all.gather(1, action[:, None]).squeeze(1)
 
 
 def _critic_phase(s: dict, b: dict, hp: dict) -> None:
@@ -46,11 +56,19 @@ def _critic_phase(s: dict, b: dict, hp: dict) -> None:
         q1_t, q2_t = s["target"](b["next_obs"])
         v_next = top_p_soft_value(pi_next, q1_t, q2_t, b["next_legal_mask"], alpha=alpha, p=hp["top_p"])  # SAC-TOPP-3
         y = td_target(b["reward"], b["done"], v_next, gamma=hp["gamma"])  # SAC-TD-1
+        k = hp["kpi_rows"]  # the coverage monitor may read a slice of the batch: a diagnostic, not the backup
+        sel = top_p_select(pi_next[:k], b["next_legal_mask"][:k], p=hp["top_p"])  # SAC-TOPP-1
+        coverage = (pi_next[:k] * sel).sum(-1).mean()  # SAC-TOPP-4 monitor
     q1_all, q2_all = s["critic"](b["obs"])
     loss = critic_loss_total(q1_all, q2_all, b["action"], y, legal_mask=b["legal_mask"], delta=hp["huber_delta"],
                              lam_cql=hp["lambda_cql"], use_cql=hp["use_cql"])  # SAC-CRITIC-2
-    s["out"]["critic_grad_norm"] = _clipped_step(s["opt_q"], loss, s["critic"].parameters(), hp["grad_clip"])
-    s["out"].update(critic_loss=float(loss.detach()), target_mean=float(y.mean()))
+    with torch.no_grad():  # the TD (Huber) share of the total, logged apart from the CQL share
+        q1, q2 = _taken(q1_all, b["action"]), _taken(q2_all, b["action"])
+        td_part = critic_loss(q1, q2, y, delta=hp["huber_delta"])  # SAC-CRITIC-1
+    norm = _clipped_step(s["opt_q"], loss, s["critic"].parameters(), hp["grad_clip"])
+    s["out"].update(critic_grad_norm=norm, critic_loss=td_part, cql_loss=loss.detach() - td_part, target_mean=y.mean(),
+                    q_mean=torch.minimum(q1, q2).mean(), top_p_coverage=coverage,
+                    demo_share=b["is_demo"].to(y.dtype).mean())
 
 
 def _policy_phase(s: dict, b: dict, hp: dict) -> None:
@@ -62,8 +80,10 @@ def _policy_phase(s: dict, b: dict, hp: dict) -> None:
     loss = policy_loss_total(pi, q1, q2, b["legal_mask"], b["action"], b["is_demo"], alpha=alpha,
                              lam_bc=hp["lambda_bc"], p=p)  # SAC-POL-3
     s["pi_before_step"] = pi.detach()
-    s["out"]["policy_grad_norm"] = _clipped_step(s["opt_pi"], loss, s["policy"].parameters(), hp["grad_clip"])
-    s["out"]["policy_loss"] = float(loss.detach())
+    with torch.no_grad():  # the BC share of the total, logged apart from L_π
+        bc_part = bc_loss(torch.log(s["pi_before_step"]), b["action"], b["is_demo"], lam=hp["lambda_bc"])  # SAC-BC-1
+    norm = _clipped_step(s["opt_pi"], loss, s["policy"].parameters(), hp["grad_clip"])
+    s["out"].update(policy_grad_norm=norm, policy_loss=loss.detach() - bc_part, bc_loss=bc_part)
 
 
 def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
@@ -71,20 +91,32 @@ def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
     if pi is None:  # only a reordered (mutant) loop gets here before the policy phase
         with torch.no_grad():
             pi = masked_softmax(s["policy"](b["obs"]), b["legal_mask"])
-    H = entropy(pi, b["legal_mask"])  # SAC-ENT-2
-    H_tgt = target_entropy(b["legal_mask"], kappa=hp["kappa"]).to(H.dtype)  # SAC-ENT-1
+    rows = hp["all_rows"] or (lambda x: x)  # DDP: every rank's rows, so log α moves the same on every rank
+    H = rows(entropy(pi, b["legal_mask"]))  # SAC-ENT-2
+    H_tgt = rows(target_entropy(b["legal_mask"], kappa=hp["kappa"]).to(H.dtype))  # SAC-ENT-1
+    loss = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
     s["opt_alpha"].zero_grad(set_to_none=True)
-    temperature_loss(s["log_alpha"], H, H_tgt).backward()  # SAC-TEMP-2
+    loss.backward()
     s["opt_alpha"].step()
     with torch.no_grad():
         s["log_alpha"].copy_(clamp_log_alpha(s["log_alpha"], alpha_min=hp["alpha_min"], alpha_max=hp["alpha_max"]))  # SAC-TEMP-3
-    s["out"].update(entropy=float(H.mean()), alpha=float(s["log_alpha"].detach().exp()))
+    s["out"].update(alpha_loss=loss.detach(), entropy=H.mean(), target_entropy=H_tgt.mean(),
+                    alpha=s["log_alpha"].detach().exp())
 
 
 def _target_phase(s: dict, b: dict, hp: dict) -> None:
     with torch.no_grad():
         for pt, p in zip(s["target"].parameters(), s["critic"].parameters()):
             pt.copy_(soft_update(pt, p, tau=hp["tau"]))  # SAC-TARGET-1
+
+
+def _floats(out: dict) -> dict:
+    """0-d diagnostic tensors -> Python floats in one transfer (one stack in their widest dtype)."""
+    if not out:
+        return {}
+    vals = [v.detach().reshape(()) for v in out.values()]
+    dt = functools.reduce(torch.promote_types, (v.dtype for v in vals))
+    return dict(zip(out, torch.stack([v.to(dt) for v in vals]).tolist()))
 
 
 PHASES: dict[str, Callable[[dict, dict, dict], None]] = {
@@ -102,7 +134,7 @@ def run_phases(order: Sequence[str], policy, critic, target, log_alpha, optimize
          "opt_q": optimizers["q"], "opt_pi": optimizers["pi"], "opt_alpha": optimizers["alpha"], "out": {}}
     for name in order:
         PHASES[name](s, batch, hp)
-    return s["out"]
+    return _floats(s["out"])
 
 
 def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
@@ -112,16 +144,28 @@ def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
                     top_p: float = 0.98, kappa: float = 0.9, tau: float = 0.005, lambda_bc: float = 0.1,
                     lambda_cql: float = 0.5, use_cql: bool = True, policy_use_topp: bool = False,
                     huber_delta: float = 1.0, grad_clip: float = 0.5, alpha_min: float = 1e-4,
-                    alpha_max: float = 2.0) -> dict:
+                    alpha_max: float = 2.0, kpi_rows: int | None = None,
+                    all_rows: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
         r"""One V2 update: critic step, policy step against the updated critics, temperature step on the
         entropy of the pre-step policy, soft target update; each network step clips its gradient norm.
+
+        ``policy`` and ``critic`` may be DDP wrappers (their gradients are then averaged over ranks).
+        The temperature rule is SAC-TEMP-2 on ``optimizers["alpha"]``: with SGD at rate η_α its step
+        is exactly SAC-TEMP-1's. ``all_rows`` maps a per-row tensor to the rows of every rank
+        (``distributed.gather_cat``) before the temperature step; the identity by default.
+        ``kpi_rows`` limits the Top-p coverage monitor to the first rows (None: all).
+
+        Returns floats: critic_loss (Huber share), cql_loss, policy_loss (L_π share), bc_loss,
+        alpha_loss, critic/policy_grad_norm (before clipping), target_mean, q_mean (min of the twin
+        Q at the taken actions), top_p_coverage, demo_share, entropy, target_entropy, alpha (after
+        the step and the clamp).
 
         Implements: SAC-STEP-1, SAC-GRAD-1 (and calls SAC-CRITIC-2, SAC-POL-3, SAC-TEMP-2/3, SAC-TARGET-1).
         """
         return run_phases(order, policy, critic, target, log_alpha, optimizers, batch, gamma=gamma, top_p=top_p,
                           kappa=kappa, tau=tau, lambda_bc=lambda_bc, lambda_cql=lambda_cql, use_cql=use_cql,
                           policy_use_topp=policy_use_topp, huber_delta=huber_delta, grad_clip=grad_clip,
-                          alpha_min=alpha_min, alpha_max=alpha_max)
+                          alpha_min=alpha_min, alpha_max=alpha_max, kpi_rows=kpi_rows, all_rows=all_rows)
 
     return update_step
 

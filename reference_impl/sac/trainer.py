@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import time
 
@@ -29,18 +30,15 @@ import torch
 
 from reference_impl.common import RunDir, progress, seed_everything
 from reference_impl.common import distributed as ddp
-from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
 from reference_impl.sac.corpus import UNK, Corpus, load_corpus
 from reference_impl.sac.data import dagger_teacher_ratio, mix_counts
 from reference_impl.sac.defaults import defaults
 from reference_impl.sac.env import CharEnv, EnvConfig
-from reference_impl.sac.losses import (bc_loss, clamp_log_alpha, cql_penalty, critic_loss, policy_loss, policy_loss_top_p,
-                                       temperature_loss, temperature_update)
-from reference_impl.sac.masking import entropy, masked_softmax, target_entropy
+from reference_impl.sac.masking import masked_softmax
 from reference_impl.sac.nets import PolicyNet, TwinQ
 from reference_impl.sac.reward import ngram_coverage
 from reference_impl.sac.replay import Replay, merge
-from reference_impl.sac.updates import soft_update
+from reference_impl.sac.step import update_step
 
 D = defaults()
 HOST = torch.device("cpu")  # the corpus, CharEnv, the replay buffers and the evaluation are CPU tensor code
@@ -63,7 +61,7 @@ class Config:
     lr_pi: float = 3e-3  # policy Adam step (spec 3e-4; raised for runs of about a thousand updates)
     lr_q: float = 3e-3  # critic Adam step (spec 3e-4; raised for runs of about a thousand updates)
     lr_alpha: float = D["lr_alpha"]  # temperature step η_α
-    alpha_optimizer: str = "adam"  # "adam": temperature_loss on an Adam log α; "sgd": temperature_update
+    alpha_optimizer: str = "adam"  # optimiser of log α on temperature_loss: "adam", or "sgd" (= SAC-TEMP-1's step)
     init_alpha: float = 0.2  # α at the start
     alpha_min: float = D["alpha_min"]  # α clamp, low end
     alpha_max: float = D["alpha_max"]  # α clamp, high end
@@ -92,6 +90,10 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------------- setup
+# SGD at rate η_α on temperature_loss (SAC-TEMP-2) moves log α by η_α·E[H_tgt − H]: SAC-TEMP-1's step
+ALPHA_OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
 def build(cfg: Config, d: ddp.Dist, dtype: torch.dtype = torch.float32):
     device = d.device
     corpus = load_corpus(vocab_size=cfg.vocab_size, max_lines=cfg.max_lines, heldout_frac=cfg.heldout_frac)
@@ -111,7 +113,7 @@ def build(cfg: Config, d: ddp.Dist, dtype: torch.dtype = torch.float32):
         "ddp_policy": ddp.wrap(policy, d), "ddp_critic": ddp.wrap(critic, d),  # gradients averaged over ranks
         "opt_pi": torch.optim.Adam(policy.parameters(), lr=cfg.lr_pi),
         "opt_q": torch.optim.Adam(critic.parameters(), lr=cfg.lr_q),
-        "opt_alpha": torch.optim.Adam([log_alpha], lr=cfg.lr_alpha),
+        "opt_alpha": ALPHA_OPTIMIZERS[cfg.alpha_optimizer]([log_alpha], lr=cfg.lr_alpha),
         "env": CharEnv(corpus, corpus.train, cfg.env, generator=g),
         "agent_buf": Replay(cfg.buffer_capacity, cfg.env.history),
         "demo_buf": Replay(cfg.buffer_capacity, cfg.env.history),
@@ -150,89 +152,25 @@ def _restore(s: dict, ck: dict) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- one SAC update
-def _f(t: torch.Tensor) -> float:
-    return float(t.detach())
-
-
 def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
-    """One gradient step of §8 on a merged agent/demo batch; returns the diagnostics.
+    """One gradient step of §8 on a merged agent/demo batch: the checked ``update_step``; returns the
+    diagnostics.
 
-    ``s["ddp_critic"]``/``s["ddp_policy"]`` (DDP under torchrun, else the bare networks) carry the
-    forwards whose gradients are averaged over ranks; no-grad forwards use the bare networks.
+    ``s["ddp_critic"]``/``s["ddp_policy"]`` (DDP under torchrun, else the bare networks) average the
+    critic and policy gradients over ranks; ``all_rows`` hands the temperature step the entropies of
+    every rank's rows, so log α stays the same everywhere.
     """
-    policy, critic, target, env = s["policy"], s["critic"], s["target"], s["env"]
     dev, dt = s["log_alpha"].device, s["log_alpha"].dtype
     b = {k: v.to(dev, dt) if v.is_floating_point() else v.to(dev) for k, v in batch.items()}
-    obs, a, r, nxt, done, is_demo = b["obs"], b["action"], b["reward"], b["next_obs"], b["done"], b["is_demo"]
-    legal = env.legal_mask(b["obs"].cpu()).to(dev)
-    legal_next = env.legal_mask(b["next_obs"].cpu()).to(dev)
-    alpha = s["log_alpha"].detach().exp()  # α = exp(log α) (§1); a constant inside the losses
-
-    # --- critic target: Top-p soft value of s' under the target critics, (1 - done) truncation
-    with torch.no_grad():
-        pi_next = masked_softmax(policy(nxt), legal_next)  # SAC-MASK-1, SAC-MASK-2
-        q1_t, q2_t = target(nxt)
-        v_next = top_p_soft_value(pi_next, q1_t, q2_t, legal_next, alpha=alpha, p=cfg.top_p)  # SAC-TOPP-3
-        y = td_target(r, done, v_next, gamma=cfg.gamma)  # SAC-TD-1
-        k = cfg.kpi_rows  # the coverage KPI on a slice of the batch: a diagnostic, not the backup
-        sel = top_p_select(pi_next[:k], legal_next[:k], p=cfg.top_p)  # SAC-TOPP-1
-        top_p_cov = (pi_next[:k] * sel).sum(-1).mean()  # SAC-TOPP-4 monitor
-
-    # --- critic: twin-Q Huber (+ CQL)
-    q1_all, q2_all = s["ddp_critic"](obs)
-    q1, q2 = q1_all.gather(1, a[:, None]).squeeze(1), q2_all.gather(1, a[:, None]).squeeze(1)
-    loss_q = critic_loss(q1, q2, y, delta=cfg.huber_delta)  # SAC-CRITIC-1
-    loss_cql = torch.zeros((), device=dev)
-    if cfg.use_cql:
-        loss_cql = (cql_penalty(q1_all, a, lam=cfg.lambda_cql, legal_mask=legal)
-                    + cql_penalty(q2_all, a, lam=cfg.lambda_cql, legal_mask=legal))  # SAC-CQL-1 (legal set), one term per critic
-    s["opt_q"].zero_grad(set_to_none=True)
-    (loss_q + loss_cql).backward()  # L_Q^tot = L_Q + L_CQL (SAC-CRITIC-1, SAC-CQL-1)
-    torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.grad_clip)
-    s["opt_q"].step()
-
-    # --- policy: expected loss (option A or B) + BC on demo rows, against the updated critics
-    pi = masked_softmax(s["ddp_policy"](obs), legal)  # SAC-MASK-1, SAC-MASK-2
-    with torch.no_grad():
-        q1_c, q2_c = critic(obs)
-    if cfg.policy_use_topp:
-        loss_pi = policy_loss_top_p(pi, q1_c, q2_c, legal, alpha=alpha, p=cfg.top_p)  # SAC-POL-2
-    else:
-        loss_pi = policy_loss(pi, q1_c, q2_c, legal, alpha=alpha)  # SAC-POL-1
-    loss_bc = bc_loss(torch.log(pi), a, is_demo, lam=cfg.lambda_bc)  # SAC-BC-1
-    s["opt_pi"].zero_grad(set_to_none=True)
-    (loss_pi + loss_bc).backward()  # L_π^tot = L_π + L_BC (SAC-POL-1/2, SAC-BC-1)
-    torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-    s["opt_pi"].step()
-
-    # --- temperature: an entropy deficit raises α; α stays in [alpha_min, alpha_max]; every rank
-    # steps on the entropies of all ranks' rows, so log α stays the same everywhere
-    with torch.no_grad():
-        H = ddp.gather_cat(entropy(pi.detach(), legal), s["dist"])  # SAC-ENT-2
-        H_tgt = ddp.gather_cat(target_entropy(legal, kappa=cfg.kappa).to(H.dtype), s["dist"])  # SAC-ENT-1
-    if cfg.alpha_optimizer == "adam":
-        loss_alpha = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
-        s["opt_alpha"].zero_grad(set_to_none=True)
-        loss_alpha.backward()
-        s["opt_alpha"].step()
-        with torch.no_grad():
-            s["log_alpha"].copy_(clamp_log_alpha(s["log_alpha"], alpha_min=cfg.alpha_min,
-                                                 alpha_max=cfg.alpha_max))  # SAC-TEMP-3
-    else:
-        with torch.no_grad():
-            s["log_alpha"].copy_(temperature_update(s["log_alpha"], H, H_tgt, lr=cfg.lr_alpha,
-                                                    alpha_min=cfg.alpha_min, alpha_max=cfg.alpha_max))  # SAC-TEMP-1, SAC-TEMP-3
-
-    # --- target critics
-    with torch.no_grad():
-        for pt, p in zip(target.parameters(), critic.parameters()):
-            pt.copy_(soft_update(pt, p, tau=cfg.tau))  # SAC-TARGET-1
-
-    return {"critic_loss": _f(loss_q), "cql_loss": _f(loss_cql), "policy_loss": _f(loss_pi),
-            "bc_loss": _f(loss_bc), "alpha": _f(s["log_alpha"].detach().exp()), "entropy": _f(H.mean()),
-            "target_entropy": _f(H_tgt.mean()), "top_p_coverage": _f(top_p_cov),
-            "q_mean": _f(torch.minimum(q1, q2).mean()), "target_mean": _f(y.mean()),
-            "demo_share": _f(is_demo.float().mean())}
+    b["legal_mask"] = s["env"].legal_mask(batch["obs"]).to(dev)  # the masks are host-side env code
+    b["next_legal_mask"] = s["env"].legal_mask(batch["next_obs"]).to(dev)
+    opts = {"q": s["opt_q"], "pi": s["opt_pi"], "alpha": s["opt_alpha"]}
+    return update_step(s["ddp_policy"], s["ddp_critic"], s["target"], s["log_alpha"], opts, b, gamma=cfg.gamma,
+                       top_p=cfg.top_p, kappa=cfg.kappa, tau=cfg.tau, lambda_bc=cfg.lambda_bc,
+                       lambda_cql=cfg.lambda_cql, use_cql=cfg.use_cql, policy_use_topp=cfg.policy_use_topp,
+                       huber_delta=cfg.huber_delta, grad_clip=cfg.grad_clip, alpha_min=cfg.alpha_min,
+                       alpha_max=cfg.alpha_max, kpi_rows=cfg.kpi_rows,
+                       all_rows=functools.partial(ddp.gather_cat, d=s["dist"]))  # SAC-STEP-1, SAC-GRAD-1
 
 
 # ---------------------------------------------------------------------------------------------- evaluation

@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import platform
+import random
 import re
 import signal
 import subprocess
@@ -54,14 +55,21 @@ class SuiteError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=1)
-def _clause_files() -> dict[str, frozenset[str]]:
-    """clause id -> the test files that check it (one collection per process)."""
+def _collection() -> tuple[dict[str, tuple[str, ...]], set[str]]:
+    """(nodeid -> clause ids, meta node ids) of the whole suite: one collection per process."""
     from rlconform.coverage import collect_tests
 
+    marks, _, _, meta = collect_tests()
+    return marks, meta
+
+
+@functools.lru_cache(maxsize=1)
+def _clause_files() -> dict[str, frozenset[str]]:
+    """clause id -> the test files that check it against an implementation (meta-tests left out)."""
     import conformance_tests
 
     root = Path(conformance_tests.__file__).resolve().parent
-    marks, _, _, meta = collect_tests()
+    marks, meta = _collection()
     out: dict[str, set[str]] = {}
     for nodeid, clauses in marks.items():
         if nodeid in meta:
@@ -70,6 +78,13 @@ def _clause_files() -> dict[str, frozenset[str]]:
         for c in clauses:
             out.setdefault(c, set()).add(path)
     return {c: frozenset(v) for c, v in out.items()}
+
+
+def reference_only_clauses() -> frozenset[str]:
+    """Clauses the suite checks only with meta-tests, on the reference's own machinery (the STDB store,
+    the trainers): no operation of the contract reaches them, so an audit leaves them out of its verdict."""
+    marks, meta = _collection()
+    return frozenset({c for cl in marks.values() for c in cl} - set(_clause_files()))
 
 
 def child_env() -> dict[str, str]:
@@ -174,6 +189,8 @@ def run_suite(
     from conformance_tests.runtime import DEFAULT_TIMEOUT
 
     impl = resolve_impl_string(impl)  # always named: the plugin activates in an xdist controller too
+    if profile == "release" and seed is None:  # drawn here, so a resumed child and the report share it
+        seed = random.SystemRandom().randrange(2**32)
     clauses = list(clauses or ())
     files = sorted(set().union(*(_clause_files().get(c, frozenset()) for c in clauses))) if clauses else []
     targets = files or ["--pyargs", "conformance_tests"]
@@ -231,6 +248,7 @@ def run_suite(
             rec["outcome"] = "not_run"
     return {
         "impl": impl, "profile": profile, "device": device, "families": list(families or ()), "clauses": clauses,
+        "seed": seed if profile == "release" else "derandomized",
         "tests": state.tests, "preflight_error": state.preflight_error,
         "expectations": load_expectations(expectations, default_spec().clauses),
         "unmatched_expectations": state.info.get("unmatched_expectations", []),
@@ -332,7 +350,7 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
                 # A clause of the audited families that no test checks is never passed silently.
                 # Gates judge training runs (`rlconform gate`), not an implementation's operations.
                 if (not payload.get("preflight_error") and (not selected or c.id in selected)
-                        and not c.deprecated and c.kind != "gate"):
+                        and not c.deprecated and c.kind != "gate" and c.id not in reference_only_clauses()):
                     clauses.append({"id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind,
                                     "status": "untested", "tests": 0, "passed": 0, "not_applicable_tests": 0,
                                     "not_run_tests": 0})
@@ -380,8 +398,10 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
     must_failed = [c["id"] for c in clauses if c["level"] == "MUST" and c["status"] in FAILED]
     executed = sum(1 for t in payload["tests"].values()
                    if not t.get("meta") and t.get("outcome") not in ("not_applicable", "skipped", "not_run", None))
+    outside = sorted(c for c in reference_only_clauses() if spec.clause(c).family in audited)
     report = {
         "run_info": run_info,
+        "reference_only": outside,
         "summary": {**counts, "clauses": len(clauses), "must_failed": must_failed, "tests_executed": executed,
                     "tests_not_run": sum(1 for t in payload["tests"].values() if t.get("outcome") == "not_run")},
         "warnings": [f"expectation for {c} matches no collected test" for c in payload.get("unmatched_expectations", [])],
@@ -503,6 +523,9 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
         out.append("|---|---|---|---|---|")
         for c in rows:
             out.append(f"| {c['id']} | {c['level']} | {_ICON[c['status']]} | {c['tests']} | {c['title']} |")
+    if report.get("reference_only"):
+        out += ["", "Outside this verdict (gates judge training runs with `rlconform gate`; the others are checked "
+                "on the reference's own machinery only): " + ", ".join(report["reference_only"]) + "."]
     for w in report.get("warnings", []):
         out += ["", f"> warning: {w}"]
     s = summ

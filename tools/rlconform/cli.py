@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -42,15 +41,11 @@ def _cmd_audit(args) -> int:
           f"{', '.join(args.family or pf.ops)}, profile {args.profile}, device {args.device}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    # The release profile's seed is drawn here, so a resumed child (after a hang) and the report share it.
-    seed = "derandomized" if args.profile == "ci" else (
-        args.seed if args.seed is not None else random.SystemRandom().randrange(2**32))
     with _AuditProgress() as progress:
         try:
             payload = audit.run_suite(pf.impl_string, profile=args.profile, device=args.device,
                                       families=args.family or None, expectations=args.expectations, jobs=args.jobs,
-                                      timeout=args.timeout, seed=None if seed == "derandomized" else seed,
-                                      budget=args.budget,
+                                      timeout=args.timeout, seed=args.seed, budget=args.budget,
                                       on_event=progress, log=out / "pytest.log")
         except audit.SuiteError as e:
             print(f"rlconform audit: the suite could not run (exit {audit.EXIT_SUITE}): {e}", file=sys.stderr)
@@ -58,7 +53,7 @@ def _cmd_audit(args) -> int:
     if payload.get("preflight_error"):
         print(f"rlconform audit: the implementation cannot be run:\n{payload['preflight_error']}", file=sys.stderr)
         return audit.EXIT_IMPL
-    payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit, seed=seed)
+    payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit)
     report = audit.clause_report(payload)
     rj, cm = audit.write_report(report, out)
     print(audit.render_checklist(report))
