@@ -118,6 +118,12 @@ def test_malformed_expectations_exit_2_naming_file_and_line(tmp_path, text, mess
     assert message in err and str(path) in err
 
 
+@pytest.mark.parametrize("flag, value", [("--timeout", "-1"), ("--budget", "0"), ("--jobs", "0")])
+def test_out_of_range_limits_exit_2_before_anything_runs(tmp_path, flag, value):
+    code, _, err = _cli("audit", "--out", tmp_path, flag, value)
+    assert code == 2 and f"{flag} " in err and "out of range" in err
+
+
 def test_missing_expectations_file_exits_2(tmp_path):
     code, _, err = _cli("audit", "--out", tmp_path, "--expectations", tmp_path / "absent.yaml")
     assert code == 2 and "no such file" in err

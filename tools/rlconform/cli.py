@@ -27,6 +27,12 @@ def _cmd_audit(args) -> int:
     from rlconform.expectations import load_expectations
     from rlconform.yamlfile import YamlFileError
 
+    for flag, value, ok in (("--timeout", args.timeout, lambda v: v >= 0), ("--budget", args.budget, lambda v: v > 0),
+                            ("--jobs", args.jobs, lambda v: v >= 1)):
+        if value is not None and not ok(value):
+            print(f"rlconform audit: error: {flag} {value:g} is out of range", file=sys.stderr)
+            return audit.EXIT_USAGE
+
     try:
         load_expectations(args.expectations, default_spec().clauses)
     except YamlFileError as e:
