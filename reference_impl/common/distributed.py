@@ -86,8 +86,13 @@ def setup(device: str = "cpu") -> Dist:
 
 
 def teardown() -> None:
-    """Close the process group (a no-op in a one-process run)."""
+    """Close the process group (a no-op in a one-process run).
+
+    Every rank waits for the others first: a rank that destroys its gloo group while a peer still
+    talks to it can abort the peer ("terminate called without an active exception").
+    """
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
