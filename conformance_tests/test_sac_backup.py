@@ -169,14 +169,20 @@ def test_top_p_exact_hit_and_tie_golden(sac, dtype, p, expected):
     assert_equal(sac.top_p_select(probs, torch.ones(1, 4, dtype=torch.bool), p=p), [expected], "SAC-TOPP-1")
 
 
-@pytest.mark.clause("SAC-TOPP-1")
-def test_top_p_ties_by_lower_id_beyond_256_candidates(sac):
-    # 399 equal actions of 1/512 behind one of 1/8 (+ tail): p = 0.5 needs 192 of the tied ones,
-    # and the rule takes the 192 lowest ids among them
+def _ties_beyond_256():
+    """1/8 at id 7, 399 tied actions of 1/512 at ids 300..698, ε elsewhere (1000 actions)."""
     probs = torch.full((1, 1000), 1e-8, dtype=torch.float64)
     tied = torch.arange(300, 699)
     probs[0, tied] = 1 / 512
     probs[0, 7] = 1 / 8
+    return probs, tied
+
+
+@pytest.mark.clause("SAC-TOPP-1")
+def test_top_p_ties_by_lower_id_beyond_256_candidates(sac):
+    # 399 equal actions of 1/512 behind one of 1/8 (+ tail): p = 0.5 needs 192 of the tied ones,
+    # and the rule takes the 192 lowest ids among them
+    probs, tied = _ties_beyond_256()
     sel = sac.top_p_select(probs, torch.ones(1, 1000, dtype=torch.bool), p=0.5)
     expected = torch.zeros(1, 1000, dtype=torch.bool)
     expected[0, 7] = True
@@ -291,10 +297,7 @@ def test_top_p_soft_value_golden(sac):
 def test_top_p_soft_value_tie_golden_beyond_256_candidates(sac):
     # 1/8 at id 7 (Q = 0) and 399 tied actions of 1/512 whose Q rises with the id; p = 0.5 keeps id 7
     # and the 192 lowest tied ids (Z = 1/2): π_p = 1/4 and 1/256 each, V = Σ π_p q − α Σ π_p log π_p
-    probs = torch.full((1, 1000), 1e-8, dtype=torch.float64)
-    tied = torch.arange(300, 699)
-    probs[0, tied] = 1 / 512
-    probs[0, 7] = 1 / 8
+    probs, tied = _ties_beyond_256()
     q = torch.zeros(1, 1000, dtype=torch.float64)
     q[0, tied] = (tied - 300).double() / 100
     alpha = 0.1

@@ -347,10 +347,10 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
         for c in spec.families[fam].clauses if fam in spec.families else ():
             tests = by_clause.get(c.id, [])
             if not tests:
-                # A clause of the audited families that no test checks is never passed silently.
-                # Gates judge training runs (`rlconform gate`), not an implementation's operations.
+                # A clause of the audited families that no test checks is never passed silently; one
+                # checked only on the reference's machinery (gates, the STDB store) is outside the verdict.
                 if (not payload.get("preflight_error") and (not selected or c.id in selected)
-                        and not c.deprecated and c.kind != "gate" and c.id not in reference_only_clauses()):
+                        and not c.deprecated and c.id not in reference_only_clauses()):
                     clauses.append({"id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind,
                                     "status": "untested", "tests": 0, "passed": 0, "not_applicable_tests": 0,
                                     "not_run_tests": 0})
