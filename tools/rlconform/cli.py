@@ -274,6 +274,21 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", default=None, help="also write the results as JSON here")
     m.add_argument("--jobs", type=int, default=None, help="mutants run at once (default: the number of cores)")
 
+    mx = sub.add_parser("matrix", help="audit every installed library adapter; write matrix.json + matrix.md",
+                        epilog=MATRIX_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mx.add_argument("--library", action="append", help="audit only this library (repeatable; default: every "
+                                                       "installed one: torchrl, tianshou, sb3-contrib, trl, verl)")
+    mx.add_argument("--out", default="rlconform-matrix", help="output directory (default: ./rlconform-matrix); "
+                                                              "finding pages are read from OUT/findings/")
+    mx.add_argument("--check", action="store_true", help="compare findings and deviations with the pins "
+                                                         "(conformance_tests/adapters/pins.yaml); exit 1 on a difference")
+    mx.add_argument("--from", dest="from_json", default=None, metavar="MATRIX_JSON",
+                    help="re-read the finding pages beside an existing matrix.json, rewrite it and "
+                         "matrix.md, and check it, instead of running the audits (implies --check)")
+    mx.add_argument("--profile", default="ci", choices=("ci", "release"))
+    mx.add_argument("--jobs", type=int, default=None, help="run each audit's tests in N processes (pytest-xdist)")
+    mx.add_argument("--timeout", type=float, default=None, help="seconds one test may take (default 120)")
+
     g = sub.add_parser("gate", help="evaluate go-live gates / SLOs on a run's metrics.jsonl")
     g.add_argument("metrics")
     g.add_argument("--family", choices=FAMILIES, default=None, help="override the family named in the file")
@@ -294,6 +309,54 @@ EXIT_CODES = """exit codes of `rlconform audit`:
   3  the implementation could not be run (import, factory, signature, device)
   4  the suite could not run (internal error, interrupted, no clause test executed, time budget exhausted)
 """
+
+
+MATRIX_EXIT_CODES = """exit codes of `rlconform matrix`:
+  0  the matrix was written (and, with --check, agrees with the pins and every finding has a page)
+  1  --check: a finding or deviation appeared or disappeared, or a failure has no finding page
+  2  usage error (unknown library, malformed pins file)
+  4  an adapter's audit could not run
+"""
+
+
+def _cmd_matrix(args) -> int:
+    from rlconform import audit, matrix
+
+    if args.library:
+        for lib in args.library:
+            matrix.adapter(lib)  # KeyError -> usage error below
+    if args.from_json:
+        src = Path(args.from_json)
+        m = matrix.refresh(json.loads(src.read_text(encoding="utf-8")), src.parent / "findings")
+        matrix.write(m, src.parent)  # finding pages may have been added since the run
+    else:
+        out = Path(args.out)
+
+        def say(lib, msg):
+            print(f"rlconform matrix: {lib}: {msg}", file=sys.stderr, flush=True)
+
+        with _AuditProgress() as progress:
+            try:
+                m = matrix.run(args.library, out, profile=args.profile, jobs=args.jobs, timeout=args.timeout,
+                               on_library=say, on_event=progress)
+            except audit.SuiteError as e:
+                print(f"rlconform matrix: an audit could not run (exit {audit.EXIT_SUITE}): {e}", file=sys.stderr)
+                return audit.EXIT_SUITE
+        print(f"wrote {out / 'matrix.json'} and {out / 'matrix.md'}")
+    for lib, info in m["libraries"].items():
+        state = info.get("skipped") or f"{len(info['findings'])} finding(s) {info['findings']}, " \
+                                         f"{len(info['deviations'])} deviation(s)"
+        print(f"  {lib}: {state}")
+    bad_runs = [lib for lib, info in m["libraries"].items() if info.get("exit_code") in (audit.EXIT_IMPL,
+                                                                                       audit.EXIT_SUITE)]
+    if not (args.check or args.from_json):
+        return audit.EXIT_SUITE if bad_runs else 0
+    problems = matrix.check(m, matrix.load_pins())
+    problems += [f"{lib}: the audit did not complete ({m['libraries'][lib].get('verdict')})" for lib in bad_runs]
+    for p in problems:
+        print(f"  DIFFERENCE {p}")
+    print("matrix agrees with the pins" if not problems else f"{len(problems)} difference(s) from the pins")
+    return 1 if problems else 0
 
 
 def _version() -> str:
@@ -320,11 +383,13 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_mutants(args)
         if args.cmd == "gate":
             return _cmd_gate(args)
+        if args.cmd == "matrix":
+            return _cmd_matrix(args)
         if args.cmd == "train":
             return _cmd_train(args, rest)
         if args.cmd == "bench":
             return _cmd_bench(args, rest)
-    except (SpecError, ValueError, FileNotFoundError, FileExistsError) as e:
+    except (SpecError, ValueError, KeyError, FileNotFoundError, FileExistsError) as e:
         print(f"rlconform: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,0 +1,108 @@
+"""Meta-tests of the audit matrix: cells, finding pages, pins, and the published matrix itself.
+
+The adapters' own audits are slow, so the published ``docs/audits/matrix.json`` is checked against the
+pins here, and CI re-runs ``rlconform matrix --check`` for the libraries it installs.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlconform import cli, matrix
+from rlconform.spec import default_spec
+
+pytestmark = pytest.mark.meta
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "docs" / "audits" / "matrix.json"
+
+
+def _report(family: str, statuses: dict[str, str]) -> dict:
+    return {"run_info": {"families": [family]},
+            "clauses": [{"id": cid, "status": st} for cid, st in statuses.items()]}
+
+
+def test_cells_fold_every_audit_status():
+    assert [matrix.cell(s) for s in ("fail", "error", "timeout", "expected_fail")] == ["fail"] * 4
+    assert [matrix.cell(s) for s in ("pass", "xpass", "deviation", "not_applicable", "not_run", "untested")] == [
+        "pass", "pass", "deviation", "not_applicable", "not_run", "not_run"]
+
+
+def test_column_marks_unaudited_families_not_applicable_and_unreported_clauses_not_run():
+    spec = default_spec()
+    ppo = [c.id for c in spec.clauses.values() if c.family == "ppo" and not c.deprecated]
+    col = matrix.library_column(_report("ppo", {ppo[0]: "fail", ppo[1]: "deviation"}), spec)
+    assert col[ppo[0]] == "fail" and col[ppo[1]] == "deviation"
+    assert col[ppo[2]] == "not_run"  # audited family, but the report says nothing of it
+    sac = next(c.id for c in spec.clauses.values() if c.family == "sac")
+    assert col[sac] == "not_applicable"
+    assert set(matrix.library_column(None, spec, reason="skipped").values()) == {"not_run"}
+
+
+def _matrix(tmp_path, cells: dict[str, str], page: str | None) -> dict:
+    findings = tmp_path / "findings"
+    findings.mkdir()
+    if page:
+        (findings / "torchrl-nan-actor.md").write_text(page, encoding="utf-8")
+    spec = default_spec()
+    col = {c.id: "not_applicable" for c in spec.clauses.values() if not c.deprecated} | cells
+    return matrix.build({"torchrl": {"versions": {"torchrl": "0.14.1"}, "cells": col}}, spec, findings,
+                        {"date": "d", "commit": "c", "versions": {}})
+
+
+def test_a_failure_without_a_finding_page_is_a_difference(tmp_path):
+    m = _matrix(tmp_path, {"SAC-POL-1": "fail"}, page=None)
+    pins = {"torchrl": {"findings": ["SAC-POL-1"], "deviations": []}}
+    assert m["libraries"]["torchrl"]["unexplained"] == ["SAC-POL-1"]
+    assert any("no page under findings/" in p for p in matrix.check(m, pins))
+
+
+def test_a_finding_page_naming_the_clause_explains_it(tmp_path):
+    m = _matrix(tmp_path, {"SAC-POL-1": "fail", "SAC-ENT-1": "deviation"},
+                page="# NaN actor loss\n\nClause SAC-POL-1 (000 §6).\n")
+    info = m["libraries"]["torchrl"]
+    assert info["finding_pages"] == {"SAC-POL-1": ["torchrl-nan-actor.md"]} and info["unexplained"] == []
+    assert matrix.check(m, {"torchrl": {"findings": ["SAC-POL-1"], "deviations": ["SAC-ENT-1"]}}) == []
+    md = matrix.render_markdown(m)
+    assert "findings/torchrl-nan-actor.md" in md and "| `SAC-ENT-1` |" in md
+
+
+@pytest.mark.parametrize("pins, needle", [
+    ({"torchrl": {"findings": [], "deviations": ["SAC-ENT-1"]}}, "new findings ['SAC-POL-1']"),
+    ({"torchrl": {"findings": ["SAC-POL-1", "SAC-ENT-2"], "deviations": ["SAC-ENT-1"]}},
+     "pinned findings ['SAC-ENT-2'] no longer reported"),
+    ({"torchrl": {"findings": ["SAC-POL-1"], "deviations": []}}, "new deviations ['SAC-ENT-1']"),
+    ({}, "no pins"),
+])
+def test_check_names_each_difference_from_the_pins(tmp_path, pins, needle):
+    m = _matrix(tmp_path, {"SAC-POL-1": "fail", "SAC-ENT-1": "deviation"}, page="SAC-POL-1")
+    assert any(needle in p for p in matrix.check(m, pins))
+
+
+def test_a_library_not_installed_is_not_compared(tmp_path):
+    m = _matrix(tmp_path, {}, page=None)
+    m["libraries"]["torchrl"]["skipped"] = "not installed"
+    assert matrix.check(m, {}) == []
+
+
+def test_malformed_pins_name_file_and_line(tmp_path):
+    bad = tmp_path / "pins.yaml"
+    bad.write_text("torchrl:\n  findings: [SAC-POL-1]\n  finding: []\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"pins.yaml:3"):
+        matrix.load_pins(bad)
+
+
+def test_unknown_library_is_a_usage_error(capsys):
+    assert cli.main(["matrix", "--library", "nosuchlib"]) == 2
+    assert "no adapter for 'nosuchlib'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="no published matrix yet (rlconform matrix --out docs/audits)")
+def test_published_matrix_agrees_with_the_pins_and_every_finding_has_its_page():
+    m = json.loads(PUBLISHED.read_text(encoding="utf-8"))
+    assert matrix.check(m, matrix.load_pins()) == []
+    for lib, info in m["libraries"].items():
+        for cid, pages in info["finding_pages"].items():
+            for page in pages:
+                assert (PUBLISHED.parent / "findings" / page).exists(), (lib, cid, page)

@@ -1,0 +1,276 @@
+"""The audit matrix: every installed library adapter against every clause, in one table.
+
+``rlconform matrix`` audits each adapter of :data:`ADAPTERS` whose library is installed (each in its own
+child pytest, as ``rlconform audit`` does), writes a per-library audit (report.json + checklist.md) and
+``matrix.json`` / ``matrix.md``: one row per clause, one column per library, each cell one of
+:data:`CELLS`. A failing cell is a *finding*; a published finding must have its own page under
+``findings/`` that names the clause (an upstream bug report), so every alarm in the matrix is explained.
+
+``--check`` compares the findings and deviations of each library with the pins in
+``conformance_tests/adapters/pins.yaml``: a suite change that adds or loses one is a difference to
+review, never a silent drift.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from importlib import metadata, util
+from pathlib import Path
+from typing import Callable, Iterable
+
+from rlconform.spec import Spec, default_spec
+
+# The cell values, worst first (the order of the Markdown legend).
+CELLS = ("fail", "deviation", "pass", "not_applicable", "not_run")
+_SYMBOL = {"fail": "✗", "deviation": "≈", "pass": "✓", "not_applicable": "–", "not_run": "?"}
+_LABEL = {"fail": "finding", "deviation": "declared deviation", "pass": "pass", "not_applicable": "not applicable",
+          "not_run": "not run"}
+PINS = Path(__file__).resolve().parents[2] / "conformance_tests" / "adapters" / "pins.yaml"
+_PINS_SCHEMA = {"type": "object", "additionalProperties": {
+    "type": "object", "additionalProperties": False,
+    "properties": {k: {"type": "array", "items": {"type": "string"}} for k in ("findings", "deviations")}}}
+_CLAUSE_ID = re.compile(r"\b[A-Z]{2,6}(?:-[A-Z0-9]+)+-\d+\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    """One library behind the contract: its adapter factory and the distributions whose versions matter."""
+    library: str
+    impl: str
+    distributions: tuple[str, ...]
+    module: str  # importable iff the library is installed
+
+    def installed(self) -> bool:
+        return util.find_spec(self.module) is not None
+
+    def versions(self) -> dict[str, str | None]:
+        out = {}
+        for d in self.distributions:
+            try:
+                out[d] = metadata.version(d)
+            except metadata.PackageNotFoundError:
+                out[d] = None
+        return out
+
+
+ADAPTERS = (
+    Adapter("torchrl", "conformance_tests.adapters.torchrl:make", ("torchrl", "tensordict"), "torchrl"),
+    Adapter("tianshou", "conformance_tests.adapters.tianshou:make", ("tianshou",), "tianshou"),
+    Adapter("sb3-contrib", "conformance_tests.adapters.sb3_contrib:make", ("sb3-contrib", "stable-baselines3"),
+            "sb3_contrib"),
+    Adapter("trl", "conformance_tests.adapters.trl:make", ("trl", "transformers"), "trl"),
+    Adapter("verl", "conformance_tests.adapters.verl:make", ("verl",), "verl"),
+)
+
+
+def adapter(library: str) -> Adapter:
+    for a in ADAPTERS:
+        if a.library == library:
+            return a
+    raise KeyError(f"no adapter for {library!r} (known: {', '.join(a.library for a in ADAPTERS)})")
+
+
+def cell(status: str) -> str:
+    """A clause status of ``rlconform audit`` as a matrix cell."""
+    if status in ("fail", "error", "timeout", "expected_fail"):
+        return "fail"
+    if status in ("pass", "xpass"):
+        return "pass"
+    if status == "deviation":
+        return "deviation"
+    if status in ("not_applicable", "skipped"):
+        return "not_applicable"
+    return "not_run"  # not_run, untested
+
+
+def library_column(report: dict | None, spec: Spec, *, reason: str | None = None) -> dict[str, str]:
+    """Every clause of the spec -> its cell for one library (a family not audited is not applicable)."""
+    col = {c.id: "not_applicable" for c in spec.clauses.values() if not c.deprecated}
+    if report is None:
+        return {cid: "not_run" for cid in col} if reason else col
+    audited = set(report["run_info"].get("families") or ())
+    for c in spec.clauses.values():
+        if c.family in audited and c.id in col:
+            col[c.id] = "not_run"
+    for entry in report["clauses"]:
+        if entry["id"] in col:
+            col[entry["id"]] = cell(entry["status"])
+    return col
+
+
+def finding_pages(findings_dir: Path) -> dict[tuple[str, str], list[str]]:
+    """(library, clause) -> the finding pages (file names) that name that clause."""
+    out: dict[tuple[str, str], list[str]] = {}
+    if not findings_dir.is_dir():
+        return out
+    libs = sorted((a.library for a in ADAPTERS), key=len, reverse=True)
+    for page in sorted(findings_dir.glob("*.md")):
+        lib = next((lib for lib in libs if page.stem.startswith(lib + "-")), None)
+        if lib is None:
+            continue
+        for cid in set(_CLAUSE_ID.findall(page.read_text(encoding="utf-8"))):
+            out.setdefault((lib, cid), []).append(page.name)
+    return out
+
+
+def build(columns: dict[str, dict], spec: Spec, findings_dir: Path, stamp: dict) -> dict:
+    """matrix.json: the stamp, per library its version, verdict, findings and deviations, and the cells."""
+    pages = finding_pages(findings_dir)
+    libs = {}
+    for lib, info in columns.items():
+        cells = info["cells"]
+        findings = sorted(c for c, v in cells.items() if v == "fail")
+        libs[lib] = {k: v for k, v in info.items() if k != "cells"} | {
+            "findings": findings,
+            "deviations": sorted(c for c, v in cells.items() if v == "deviation"),
+            "finding_pages": {c: pages.get((lib, c), []) for c in findings},
+            "unexplained": [c for c in findings if not pages.get((lib, c))],
+            "cells": cells,
+        }
+    return {"stamp": stamp, "libraries": libs,
+            "clauses": [{"id": c.id, "family": c.family, "level": c.level, "title": c.title}
+                        for c in spec.clauses.values() if not c.deprecated]}
+
+
+def refresh(matrix: dict, findings_dir: Path) -> dict:
+    """The same matrix with its finding pages looked up again (after pages were added or renamed)."""
+    pages = finding_pages(findings_dir)
+    for lib, info in matrix["libraries"].items():
+        info["finding_pages"] = {c: pages.get((lib, c), []) for c in info.get("findings", [])}
+        info["unexplained"] = [c for c in info.get("findings", []) if not pages.get((lib, c))]
+    return matrix
+
+
+def render_markdown(matrix: dict) -> str:
+    from rlconform.provenance import render_markdown as stamp_md
+
+    libs = matrix["libraries"]
+    names = list(libs)
+    lines = ["# Audit matrix", "", stamp_md(matrix["stamp"]), ""]
+    lines += ["Each library's adapter (`conformance_tests/adapters/`) was audited against every clause. "
+              "A **finding** is a MUST or SHOULD clause the library fails; each has its own page, written as an "
+              "upstream bug report. A **deviation** is a convention the adapter declares (see the Conventions "
+              "page): the clause passes under it and the consequence is documented. `–` means the library "
+              "offers no operation the clause could check.", ""]
+    lines += ["| library | version | families | verdict | findings | deviations |", "|---|---|---|---|---|---|"]
+    for lib, info in libs.items():
+        versions = ", ".join(f"{k} {v}" for k, v in (info.get("versions") or {}).items() if v) or "not installed"
+        fams = ", ".join(info.get("families") or []) or "–"
+        name = lib if info.get("skipped") or info.get("error") else f"[{lib}]({lib}/checklist.md)"
+        lines.append(f"| {name} | {versions} | {fams} | {info.get('verdict') or info.get('skipped') or ''} "
+                     f"| {len(info['findings'])} | {len(info['deviations'])} |")
+    lines += ["", "## Findings", ""]
+    any_finding = False
+    for lib, info in libs.items():
+        for cid in info["findings"]:
+            any_finding = True
+            pages = info["finding_pages"].get(cid) or []
+            link = ", ".join(f"[{p[:-3]}](findings/{p})" for p in pages) or "**no finding page yet**"
+            lines.append(f"- **{lib}** — `{cid}`: {link}")
+    if not any_finding:
+        lines.append("No library fails a clause.")
+    shown = [c for c in matrix["clauses"]
+             if any(libs[lib]["cells"].get(c["id"]) not in ("not_applicable", None) for lib in names)]
+    lines += ["", "## Clause × library", "",
+              "Clauses that no library can reach are left out. Legend: "
+              + ", ".join(f"{_SYMBOL[c]} {_LABEL[c]}" for c in CELLS) + ".", "",
+              "| clause | level | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for c in shown:
+        row = [_SYMBOL[libs[lib]["cells"].get(c["id"], "not_applicable")] for lib in names]
+        lines.append(f"| `{c['id']}` | {c['level']} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def load_pins(path: Path = PINS) -> dict[str, dict[str, list[str]]]:
+    from rlconform.yamlfile import load_yaml, validate
+
+    data, lines = load_yaml(path)
+    validate(data or {}, _PINS_SCHEMA, path, lines)
+    return {lib: {"findings": sorted(v.get("findings") or []), "deviations": sorted(v.get("deviations") or [])}
+            for lib, v in (data or {}).items()}
+
+
+def check(matrix: dict, pins: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Differences between the matrix and the pins, and failures no finding page explains ([] = agreed).
+
+    A library that was not audited (not installed) is not compared."""
+    problems = []
+    for lib, info in matrix["libraries"].items():
+        if info.get("skipped"):
+            continue
+        pin = pins.get(lib)
+        if pin is None:
+            problems.append(f"{lib}: no pins in {PINS.name}; add findings {info['findings']} and deviations "
+                            f"{info['deviations']} after confirming them")
+            continue
+        for kind in ("findings", "deviations"):
+            got, want = set(info[kind]), set(pin[kind])
+            if got - want:
+                problems.append(f"{lib}: new {kind} {sorted(got - want)} (not pinned)")
+            if want - got:
+                problems.append(f"{lib}: pinned {kind} {sorted(want - got)} no longer reported")
+        for cid in info["unexplained"]:
+            problems.append(f"{lib}: {cid} fails but no page under findings/ names it (a false alarm until "
+                            "one does)")
+    return problems
+
+
+def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs: int | None = None,
+        timeout: float | None = None, on_library: Callable[[str, str], None] | None = None,
+        on_event: Callable[[dict], None] | None = None) -> dict:
+    """Audit the chosen (default: every installed) library and write matrix.json / matrix.md under ``out``."""
+    from conformance_tests.preflight import PreflightError, run as preflight
+    from rlconform import audit
+    from rlconform.provenance import stamp as make_stamp
+
+    spec = default_spec()
+    chosen = [adapter(lib) for lib in libraries] if libraries else list(ADAPTERS)
+    columns: dict[str, dict] = {}
+    for a in chosen:
+        info: dict = {"impl": a.impl, "versions": a.versions()}
+        if not a.installed():
+            info["skipped"] = f"not installed (pip install \"rlconform[{a.library}]\")"
+            columns[a.library] = info | {"cells": library_column(None, spec, reason="skipped")}
+            _say(on_library, a.library, info["skipped"])
+            continue
+        _say(on_library, a.library, "auditing")
+        try:
+            pf = preflight(a.impl)
+        except PreflightError as e:
+            info.update(verdict="adapter cannot run", exit_code=audit.EXIT_IMPL, error=str(e))
+            columns[a.library] = info | {"cells": library_column(None, spec, reason="error")}
+            _say(on_library, a.library, f"cannot run: {str(e).splitlines()[0]}")
+            continue
+        families = [f for f in pf.ops if pf.ops[f]]
+        lib_out = out / a.library
+        lib_out.mkdir(parents=True, exist_ok=True)
+        payload = audit.run_suite(pf.impl_string, profile=profile, families=families, jobs=jobs, timeout=timeout,
+                                  on_event=on_event, log=lib_out / "pytest.log")
+        payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit)
+        report = audit.clause_report(payload)
+        audit.write_report(report, lib_out)
+        info.update(families=families, exit_code=report["summary"]["exit_code"],
+                    verdict=report["summary"]["verdict"], seconds=round(payload["finished"] - payload["started"], 1))
+        columns[a.library] = info | {"cells": library_column(report, spec)}
+        _say(on_library, a.library, f"exit {info['exit_code']}: {info['verdict']} ({info['seconds']} s)")
+    stamp = make_stamp(packages=[d for a in chosen for d in a.distributions],
+                       extra={"profile": profile})
+    matrix = build(columns, spec, out / "findings", stamp)
+    write(matrix, out)
+    return matrix
+
+
+def write(matrix: dict, out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    mj, mm = out / "matrix.json", out / "matrix.md"
+    for path, text in ((mj, json.dumps(matrix, indent=1, ensure_ascii=False)), (mm, render_markdown(matrix))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return mj, mm
+
+
+def _say(cb, lib: str, msg: str) -> None:
+    if cb is not None:
+        cb(lib, msg)
