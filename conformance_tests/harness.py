@@ -16,6 +16,7 @@ Assertion helpers word their failures as ``got X, but should be Y [CLAUSE: call]
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 import re
@@ -29,14 +30,16 @@ import pytest
 import torch
 
 from conformance_tests.errors import NotApplicable
-from rlconform.spec import default_spec
+from rlconform.spec import default_spec, same_value
 
 NOT_APPLICABLE = "not applicable:"
 
 # The session's state: the implementation string printed in repros, the device, and the current
 # test's calls, clauses and deadline.
 _STATE: dict[str, Any] = {"impl": "reference_impl:make", "device": "cpu", "calls": [], "clauses": (),
-                          "deadline": None, "timed_out": None, "not_applicable": 0, "capabilities": {}}
+                          "deadline": None, "timed_out": None, "first_failure": None, "not_applicable": 0,
+                          "capabilities": {},
+                          "deviations": {}}
 
 
 class ImplementationError(Exception):
@@ -60,8 +63,21 @@ def reset_calls() -> None:
 
 def begin_test(*, clauses: Iterable[str] = (), timeout: float | None = None) -> None:
     """Start a test: no recorded calls, its clauses (named in failures), and its time budget."""
-    _STATE.update(calls=[], clauses=tuple(clauses), timed_out=None, not_applicable=0,
+    _STATE.update(calls=[], clauses=tuple(clauses), timed_out=None, first_failure=None, not_applicable=0,
+                  deviations={},
                   deadline=time.monotonic() + timeout if timeout else None)
+
+
+def _note_failure(kind: str, message: str) -> None:
+    """Remember the test's first failure: if the time budget then runs out while Hypothesis shrinks it,
+    the verdict is that failure (unshrunk), not a timeout."""
+    if _STATE["first_failure"] is None:
+        _STATE["first_failure"] = (kind, message)
+
+
+def first_failure() -> tuple[str, str] | None:
+    """("fail" | "error", message) of the current test's first failure, or None."""
+    return _STATE["first_failure"]
 
 
 def not_applicable_calls() -> int:
@@ -73,9 +89,128 @@ def set_capabilities(capabilities: dict | None) -> None:
     _STATE["capabilities"] = dict(capabilities or {})
 
 
+def declared_capabilities() -> dict:
+    """A copy of everything the implementation declares (to restore after a meta-test changes it)."""
+    return dict(_STATE["capabilities"])
+
+
 def capability(name: str, default: Any = None) -> Any:
     """What the implementation declares about itself (``impl.capabilities``), e.g. ``errors_name_clauses``."""
     return _STATE["capabilities"].get(name, default)
+
+
+# ----------------------------------------------------------------------------- declared capabilities
+# What an implementation may declare in ``impl.capabilities`` besides ``errors_name_clauses`` (documented
+# in conformance_tests/contract/__init__.py); the defaults are what the reference does. Undeclared
+# ``dtypes`` means every dtype the suite tests (the reference's), so the reference keeps its half tests.
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+CAPABILITY_DEFAULTS = {"masks": True, "dtypes": list(DTYPES), "differentiable": True,
+                       "terminated_truncated": False}
+
+
+def not_applicable(reason: str) -> None:
+    """End the current test as *not applicable*: its whole point is something the implementation declares
+    it does not do (``masks: False`` for an illegal-action boundary...). Never an error, never a pass."""
+    pytest.skip(f"{NOT_APPLICABLE} {reason}")
+
+
+def reported(out: dict, key: str, op: str) -> Any:
+    """``out[key]`` of an op's result dict; a diagnostic the implementation does not compute makes the check
+    that reads it *not applicable* (never a KeyError): tests demand only the keys the contract requires."""
+    if key not in out:
+        not_applicable(f"{op} reports no {key!r}")
+    return out[key]
+
+
+def masks_supported() -> bool:
+    """``masks`` (default True). False: masked ops only ever receive all-legal masks."""
+    return bool(capability("masks", CAPABILITY_DEFAULTS["masks"]))
+
+
+def require_masks(what: str = "this test needs an illegal action") -> None:
+    """Not applicable unless the implementation handles masks with illegal actions."""
+    if not masks_supported():
+        not_applicable(f"{what}; the implementation declares masks=False")
+
+
+def declared_dtypes() -> tuple[torch.dtype, ...]:
+    """The floating dtypes the implementation declares (``dtypes``), in the order of :data:`DTYPES`."""
+    names = capability("dtypes", CAPABILITY_DEFAULTS["dtypes"]) or ()
+    unknown = sorted(set(names) - set(DTYPES))
+    if unknown:
+        raise ImplementationError(f"impl.capabilities['dtypes'] names unknown dtype(s) {unknown} (known: {DTYPES})")
+    return tuple(getattr(torch, n) for n in DTYPES if n in names)
+
+
+def supports_dtype(dtype: torch.dtype | str) -> bool:
+    return str(dtype).replace("torch.", "") in {str(d).replace("torch.", "") for d in declared_dtypes()}
+
+
+def require_dtype(dtype: torch.dtype | str) -> None:
+    """Not applicable when the test is about a dtype the implementation does not declare."""
+    if not supports_dtype(dtype):
+        not_applicable(f"{str(dtype).replace('torch.', '')} is not among the declared dtypes")
+
+
+def working_dtype(preferred: torch.dtype = torch.float64) -> torch.dtype:
+    """``preferred`` when declared, else the widest declared dtype: fixed-input tests build their inputs in
+    it and take the clause's tolerance for it."""
+    dts = declared_dtypes()
+    if not dts:
+        not_applicable("the implementation declares no floating dtype")
+    return preferred if preferred in dts else dts[-1]
+
+
+def differentiable(op: str) -> bool:
+    """``differentiable`` (default True): False, or a list of op names ("ppo.gae") without ``op``, says the
+    op's outputs carry no gradient; gradient checks on them are then not applicable (values still checked)."""
+    decl = capability("differentiable", CAPABILITY_DEFAULTS["differentiable"])
+    return bool(decl) if isinstance(decl, bool) else op in set(decl or ())
+
+
+def require_differentiable(op: str) -> None:
+    if not differentiable(op):
+        not_applicable(f"{op}: the implementation declares its outputs carry no gradient")
+
+
+def terminated_truncated() -> bool:
+    """``terminated_truncated`` (default False): ops that take ``done`` also accept ``truncated=``."""
+    return bool(capability("terminated_truncated", CAPABILITY_DEFAULTS["terminated_truncated"]))
+
+
+def declares(name: str) -> bool:
+    """Whether the implementation declares convention ``name`` at all (even at the seed's value)."""
+    return name in (capability("conventions") or {})
+
+
+def convention(name: str, clause: str | None = None, *, record: bool = True) -> Any:
+    """The value of convention ``name`` (spec/conventions.yaml) the test's oracle must follow.
+
+    The implementation's declared value (``impl.capabilities["conventions"][name]``) or, undeclared, the
+    seed's value for ``clause`` (default: the current test's clauses; a family's document may fix its own).
+    A declared value other than the seed's is recorded as a deviation of the current test, which then
+    passes with status *deviation*, never plain pass. A value outside the convention's allowed values is
+    the implementation's error. ``record=False`` only peeks: for an oracle that follows the declared value
+    on the inputs where it binds and records it there (a clamp that no drawn token reaches is no deviation).
+    """
+    conv = default_spec().convention(name)
+    seed = conv.seed_for((clause,) if clause else _STATE["clauses"])
+    declared = capability("conventions") or {}
+    if name not in declared:
+        return seed
+    value = declared[name]
+    if not conv.allows(value):
+        raise ImplementationError(f"impl.capabilities['conventions'][{name!r}] = {value!r} is not an allowed value "
+                                  f"(spec/conventions.yaml: {conv.allowed})")
+    if record and not same_value(value, seed):
+        _STATE["deviations"][name] = {"convention": name, "declared": value, "seed": seed,
+                                      "consequence": conv.consequence(value)}
+    return value
+
+
+def deviations() -> list[dict]:
+    """The deviations the current test's oracle followed (see :func:`convention`), by convention id."""
+    return [dict(d) for _, d in sorted(_STATE["deviations"].items())]
 
 
 def end_test() -> None:
@@ -207,6 +342,10 @@ def _run_within_deadline(fn: Callable, name: str, args: tuple, kwargs: dict) -> 
     remaining = deadline - time.monotonic()
     msg = f"{name} did not return within the test's time budget [{_clause_tag()}: {name}]"
 
+    if _STATE["first_failure"]:
+        msg = (f"{_STATE['first_failure'][1]}\n(the test's time budget ran out while Hypothesis was shrinking this "
+               "failure: the example is the first one found, not the smallest)")
+
     def expire(signum, frame):
         _STATE["timed_out"] = msg
         raise OpTimeout(msg)
@@ -233,8 +372,45 @@ def _declared_not_applicable(name: str, e: NotApplicable):
     pytest.skip(f"{NOT_APPLICABLE} {name}: {e}")
 
 
+# Families whose ``*mask*`` arguments are action masks (isreshape's and ccapo's mask tokens or steps).
+_ACTION_MASK_FAMILIES = ("sac", "ppo")
+
+
+def _illegal_action_mask(name: str, fn: Callable, args: tuple, kwargs: dict) -> str | None:
+    """The argument holding an illegal action (a False in a bool action mask), for ``masks: False``."""
+    if name.split(".")[0] not in _ACTION_MASK_FAMILIES:
+        return None
+
+    def illegal(x, key: str) -> bool:
+        if isinstance(x, dict):
+            return any(illegal(v, k) for k, v in x.items())
+        return ("mask" in key and isinstance(x, torch.Tensor) and x.dtype == torch.bool
+                and x.device.type != "meta" and not bool(x.all()))
+
+    return next((n for n, v in zip(_contract_arg_names(name, fn, args, kwargs), list(args) + list(kwargs.values()))
+                 if illegal(v, n)), None)
+
+
+def _contract_arg_names(name: str, fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+    """Argument names as the contract spells them (an adapter's own names, or ``*args``, may differ)."""
+    from conformance_tests import contract
+
+    family, op = name.split(".", 1)
+    try:
+        proto = getattr(contract.protocol(family), op)
+    except (AttributeError, ImportError):
+        return _arg_names(fn, args, kwargs)
+    return _arg_names(functools.partial(proto, None), args, kwargs)
+
+
 def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: bool) -> Any:
-    """Record, copy, call within the deadline, then check that no input was changed in place."""
+    """Record, copy, call within the deadline, then check that no input was changed in place.
+
+    With ``masks: False`` declared, a call whose action mask holds an illegal action is never made: the
+    example (or the fixed-input test) is not applicable."""
+    if not masks_supported() and (where := _illegal_action_mask(name, fn, args, kwargs)):
+        _declared_not_applicable(name, NotApplicable(f"{where} holds an illegal action; the implementation "
+                                                     "declares masks=False"))
     snap_args, snap_kwargs = _snapshot(args), _snapshot(kwargs)
     _STATE["calls"].append((name, snap_args, snap_kwargs))
     handed_args, handed_kwargs = _hand(_to_device(args)), _hand(_to_device(kwargs))
@@ -245,15 +421,19 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
     except Exception as e:  # noqa: BLE001 - any exception from the implementation is an error
         if not wrap_errors:
             raise
-        raise ImplementationError(f"{describe_call((name, args, kwargs))} raised {type(e).__name__}: {e}") from e
+        err = f"{describe_call((name, args, kwargs))} raised {type(e).__name__}: {e}"
+        _note_failure("error", err)
+        raise ImplementationError(err) from e
     names = _arg_names(fn, args, kwargs)
     handed = list(handed_args) + list(handed_kwargs.values())
     snaps = list(snap_args) + list(snap_kwargs.values())
     for arg_name, h, s in zip(names, handed, snaps):
         where = _mutated(h, s, arg_name)
         if where:
-            raise InputMutated(f"{name} modified its input {where!r} in place; an operation must leave its "
-                               f"arguments unchanged [{_clause_tag()}: {describe_call((name, args, kwargs))}]")
+            msg = (f"{name} modified its input {where!r} in place; an operation must leave its "
+                   f"arguments unchanged [{_clause_tag()}: {describe_call((name, args, kwargs))}]")
+            _note_failure("fail", msg)
+            raise InputMutated(msg)
     return out
 
 
@@ -338,6 +518,14 @@ def tolerance(clause: str, dtype: torch.dtype | str = torch.float64, *, approx: 
     return tol.for_dtype(name)
 
 
+def slack(clause: str, value: Any, dtype: torch.dtype | str | None = None) -> np.ndarray:
+    """How far a result may sit beyond a bound ``value`` by rounding alone: the clause's atol + rtol·|value|
+    for ``dtype`` (default: the inputs of the test's last call), so a one-sided bound is held to the same
+    tolerance as the values it bounds, never to a margin finer than the dtype can represent."""
+    rtol, atol = tolerance(clause, dtype if dtype is not None else _default_dtype(value))
+    return atol + rtol * np.abs(_to_numpy(value).astype(np.float64))
+
+
 def _last_call_text() -> str:
     calls = _STATE["calls"]
     return describe_call(calls[-1]) if calls else "no call"
@@ -379,6 +567,7 @@ def fail(clause: str, got: Any, expected: Any, detail: str = "") -> None:
     msg = f"got {_fmt(got)}, but should be {_fmt(expected)} [{clause}: {_last_call_text()}]"
     if detail:
         msg += f"\n  {detail}"
+    _note_failure("fail", msg)
     pytest.fail(msg, pytrace=False)
 
 
@@ -543,3 +732,51 @@ def finite_difference(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
         e = e.view_as(x)
         flat[i] = (float(fn(x + e)) - float(fn(x - e))) / (2 * h)
     return grad
+
+
+# ----------------------------------------------------------------------------- oracles under a convention
+# numpy forms of the conventional quantities (spec/conventions.yaml), shared by every test that reads the
+# convention: the test passes the value :func:`convention` gave it, so the oracle follows the declaration.
+def np_standardise(a: np.ndarray, std_conv: dict, eps: float | None = None, axis: int = -1) -> np.ndarray:
+    """(a - mean) / (std + eps), or / max(std, eps) with eps_mode "clamp"; ddof and the default eps from
+    the advantage_std convention. Shift-invariant and exactly 0 for a constant group."""
+    eps = std_conv["eps"] if eps is None else eps
+    centred = a - a.mean(axis=axis, keepdims=True)
+    sd = a.std(axis=axis, ddof=std_conv["ddof"], keepdims=True) if a.shape[axis] > std_conv["ddof"] else 0.0 * centred
+    den = np.maximum(sd, eps) if std_conv["eps_mode"] == "clamp" else sd + eps
+    return np.divide(centred, den, out=np.zeros_like(centred), where=den > 0)
+
+
+def np_approx_kl(old: np.ndarray, new: np.ndarray, estimator: str) -> float:
+    """approx_kl under the approx_kl convention: k1 = mean(old - new), k3 = mean((r - 1) - log r)."""
+    lr = new - old
+    return float(np.mean(-lr) if estimator == "k1" else np.mean(np.expm1(lr) - lr))
+
+
+def np_clip_fraction(r: np.ndarray, clip_eps: float, convention_value: str, adv: np.ndarray | None = None) -> float:
+    """The share of clipped samples under the clip_fraction convention (active_clips needs the advantages)."""
+    if convention_value == "ratio_outside":
+        return float(np.mean(np.abs(r - 1.0) > clip_eps))
+    return float(np.mean(((r > 1 + clip_eps) & (adv > 0)) | ((r < 1 - clip_eps) & (adv < 0))))
+
+
+def np_critic_penalty(err: np.ndarray, delta: float, huber_conv: str) -> np.ndarray:
+    """One critic's per-sample penalty under the huber_delta convention: Huber(err, delta) ("any"; δ = 1
+    when "fixed_1", the caller passes it) or the plain squared error err² ("mse", no ½)."""
+    from conformance_tests.oracles import huber
+
+    return err**2 if huber_conv == "mse" else huber(err, delta)
+
+
+def critic_delta(drawn: float) -> float:
+    """The Huber δ a test may pass: the drawn one when any δ is supported, else 1 (fixed_1; ignored by mse)."""
+    return drawn if convention("huber_delta") == "any" else 1.0
+
+
+def log_ratio_clamp(drawn: float | None = None) -> float:
+    """The log-ratio clamp a test passes and its oracle applies: the drawn one (or the seed's 20) when the
+    implementation declares none, else its declared clamp (inf for "none"), which it uses whatever is passed."""
+    if not declares("log_ratio_clamp"):
+        return float(convention("log_ratio_clamp")) if drawn is None else drawn
+    value = convention("log_ratio_clamp")
+    return math.inf if value == "none" else float(value)

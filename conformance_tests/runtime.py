@@ -28,7 +28,10 @@ from rlconform.yamlfile import YamlFileError
 
 DEFAULT_TIMEOUT = 120.0
 # Outcomes of one test. ``not_run``: selected but never executed (interrupted, or skipped after a hang).
-OUTCOMES = ("pass", "fail", "error", "timeout", "expected_fail", "xpass", "not_applicable", "skipped", "not_run")
+# ``deviation``: passed, but only with an oracle that follows a convention the implementation declares
+# otherwise than the seed (spec/conventions.yaml); the record's ``deviations`` say which.
+OUTCOMES = ("pass", "deviation", "fail", "error", "timeout", "expected_fail", "xpass", "not_applicable", "skipped",
+            "not_run")
 _PROP = "rlconform"  # the user_properties key holding a test's record
 _BLOB = re.compile(r"@reproduce_failure\([^()]*\)")
 
@@ -214,6 +217,17 @@ class RlconformRun:
     def pytest_runtest_setup(self, item):
         harness.begin_test(clauses=item_clauses(item), timeout=self.timeout or None)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item):
+        """A test parametrised on a floating dtype the implementation does not declare is not applicable."""
+        import torch
+
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for value in params.values():
+            name = str(value).replace("torch.", "")
+            if isinstance(value, (torch.dtype, str)) and name in harness.DTYPES and not harness.supports_dtype(name):
+                harness.not_applicable(f"{name} is not among the declared dtypes")
+
     def pytest_runtest_teardown(self, item):
         harness.end_test()
 
@@ -235,7 +249,8 @@ class RlconformRun:
             if harness.not_applicable_calls() and _gave_up(call.excinfo):
                 extra["status"] = "not_applicable"  # every example was declared not applicable
             elif call.excinfo.errisinstance(harness.OpTimeout):
-                extra["status"] = "timeout"
+                # out of time while shrinking a failure already found: that failure is the verdict
+                extra["status"] = (harness.first_failure() or ("timeout",))[0]
             elif call.excinfo.errisinstance(harness.ImplementationError) or call.when != "call":
                 extra["status"] = "error"
             examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure
@@ -244,6 +259,8 @@ class RlconformRun:
             blob = [m.group(0) for n in _notes(call.excinfo) if (m := _BLOB.search(n))]
             if blob:
                 extra["reproduce_failure"] = blob[0]
+        if call.when == "call" and harness.deviations():
+            extra["deviations"] = harness.deviations()
         if call.when == "call" or (rep.failed and call.when == "setup"):
             snippet = harness.repro_snippet()
             if snippet and (rep.failed or self.config.option.xmlpath):
@@ -265,9 +282,11 @@ class RlconformRun:
         extra = props.get(_PROP + "_result") or {}
         status = _classify(report, extra)
         # a teardown error after a passing call still counts: the first non-pass wins
-        if record["outcome"] in (None, "pass") or status != "pass":
+        if record["outcome"] in (None, "pass", "deviation") or status not in ("pass", "deviation"):
             record["outcome"] = status
-            if status != "pass":
+            if extra.get("deviations"):
+                record["deviations"] = extra["deviations"]
+            if status not in ("pass", "deviation"):
                 text = getattr(report, "longreprtext", None) or str(report.longrepr)
                 record["message"] = harness.plain_text(text)[-4000:]
                 record.update({k: v for k, v in extra.items() if k != "status"})
@@ -306,6 +325,8 @@ class RlconformRun:
         if na:
             terminalreporter.write_line(f"rlconform: {na} test(s) not applicable "
                                         "(operations the implementation does not provide)")
+        for line in deviation_lines(self.tests):
+            terminalreporter.write_line(line, yellow=True)
 
     def payload(self, exitstatus: int, interrupted: bool) -> dict:
         for record in self.tests.values():
@@ -351,7 +372,19 @@ def _classify(rep, extra: dict) -> str:
         return "not_applicable" if harness.NOT_APPLICABLE in reason else "skipped"
     if rep.failed:
         return extra.get("status", "fail")
-    return "pass"
+    return "deviation" if extra.get("deviations") else "pass"
+
+
+def deviation_lines(tests: dict[str, dict]) -> list[str]:
+    """One console line per declared convention the passing tests relied on: what, declared vs seed, how many tests."""
+    seen: dict[str, tuple[dict, set[str]]] = {}
+    for record in tests.values():
+        if record.get("outcome") != "deviation":
+            continue
+        for d in record.get("deviations", []):
+            seen.setdefault(d["convention"], (d, set()))[1].update(record.get("clauses", []))
+    return [f"rlconform: deviation {name}: declared {d['declared']!r}, seed {d['seed']!r} "
+            f"({', '.join(sorted(clauses))}): {d['consequence']}" for name, (d, clauses) in sorted(seen.items())]
 
 
 def _csv(value: str | None) -> list[str]:

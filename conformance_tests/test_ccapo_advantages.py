@@ -8,16 +8,35 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, convention, np_standardise
 
 F64 = torch.float64
 
 
-def np_macro(r, eps=1e-8):
+def np_single_member(r: np.ndarray) -> np.ndarray:
+    """A one-member group under min_group_size "raw": standardised with mean 0 and std 1 (its raw score,
+    divided by 1 + eps, or by max(1, eps) in clamp mode, as the advantage_std convention says)."""
+    conv = convention("advantage_std")
+    return r / (max(1.0, conv["eps"]) if conv["eps_mode"] == "clamp" else 1.0 + conv["eps"])
+
+
+def np_macro(r):
+    """The group z-score under the advantage_std convention (the seed: population std + 1e-8); an all-equal
+    group of two or more is exactly 0 whatever is declared (CCAPO-MACRO-2, normative), a one-member group
+    is 0 too unless min_group_size "raw" is declared."""
     r = np.asarray(r, float)
-    out = (r - r.mean(-1, keepdims=True)) / (r.std(-1, ddof=0, keepdims=True) + eps)
+    if r.shape[-1] == 1 and convention("min_group_size") == "raw":
+        return np_single_member(r)
+    out = np_standardise(r, convention("advantage_std"))
     flat = np.ptp(r, axis=-1, keepdims=True) == 0
     return np.where(flat, 0.0, out)
+
+
+def _z(centred: np.ndarray, sum_sq: float) -> np.ndarray:
+    """Hand z-scores of one group from its centred values and their sum of squares, under the convention."""
+    conv = convention("advantage_std")
+    sd = np.sqrt(sum_sq / (len(centred) - conv["ddof"]))
+    return centred / (max(sd, conv["eps"]) if conv["eps_mode"] == "clamp" else sd + conv["eps"])
 
 
 # ---------------------------------------------------------------------------------------- macro
@@ -38,26 +57,35 @@ def test_macro_advantage_rows_are_independent(ccapo, r):
 
 @pytest.mark.clause("CCAPO-MACRO-1")
 def test_macro_advantage_golden(ccapo):
-    # the §4.1 table as one group: R = [9, 8, 6, -3, -5], mean 3, population std sqrt(168/5)
+    # the §4.1 table as one group: R = [9, 8, 6, -3, -5], mean 3, sum of squares 170 (population std sqrt(170/5))
     r = torch.tensor([9.0, 8.0, 6.0, -3.0, -5.0], dtype=F64)
-    sd = np.sqrt(((np.array([6, 5, 3, -6, -8]) ** 2).sum()) / 5)
-    assert_close(ccapo.macro_advantage(r), np.array([6, 5, 3, -6, -8]) / (sd + 1e-8), "CCAPO-MACRO-1")
-    # two members: +-1 whatever the gap (population std = half the gap)
-    assert_close(ccapo.macro_advantage(torch.tensor([9.0, 6.0], dtype=F64)), [1.5 / (1.5 + 1e-8), -1.5 / (1.5 + 1e-8)],
+    assert_close(ccapo.macro_advantage(r), _z(np.array([6.0, 5, 3, -6, -8]), 170.0), "CCAPO-MACRO-1")
+    # two members: +-1 whatever the gap with the seed's population std (half the gap)
+    assert_close(ccapo.macro_advantage(torch.tensor([9.0, 6.0], dtype=F64)), _z(np.array([1.5, -1.5]), 4.5),
                  "CCAPO-MACRO-1")
 
 
 @pytest.mark.clause("CCAPO-MACRO-2")
 @given(st.floats(-10, 10), st.integers(1, 9))
 def test_degenerate_group_gives_zero(ccapo, value, n):
+    n = max(n, 1 if convention("min_group_size") == 1 else 2)  # "raw": a single member keeps its score
     got = ccapo.macro_advantage(torch.full((n,), value, dtype=F64))
     assert_equal(got, torch.zeros(n, dtype=F64), "CCAPO-MACRO-2", f"{n} equal returns {value}")
 
 
 @pytest.mark.clause("CCAPO-MACRO-2")
 def test_single_member_group_is_zero_not_nan(ccapo):
-    got = ccapo.macro_advantage(torch.tensor([[7.3], [-2.0]], dtype=F64))
-    assert_equal(got, torch.zeros(2, 1, dtype=F64), "CCAPO-MACRO-2", "one trajectory per prompt")
+    singles = torch.tensor([[7.3], [-2.0]], dtype=F64)
+    smallest = convention("min_group_size")
+    if smallest == 1:
+        assert_equal(ccapo.macro_advantage(singles), torch.zeros(2, 1, dtype=F64), "CCAPO-MACRO-2",
+                     "one trajectory per prompt")
+    elif smallest == "raw":  # declared: the raw score (finite, never NaN)
+        # the raw score divided by a computed 1 + eps: a reduction's rounding, not the exact zero of the rule
+        assert_close(ccapo.macro_advantage(singles), np_single_member(singles.numpy()), "CCAPO-MACRO-2",
+                     approx="reduction", what="one trajectory per prompt keeps its raw score")
+    else:  # declared minimum of two: a single-member group is rejected, never NaN
+        assert_rejects("CCAPO-MACRO-2", ccapo.raw("macro_advantage"), singles)
     tenths = ccapo.macro_advantage(torch.tensor([0.1, 0.1, 0.1], dtype=F64))  # mean rounds away from 0.1
     assert_equal(tenths, torch.zeros(3, dtype=F64), "CCAPO-MACRO-2", "rounding of the mean")
 

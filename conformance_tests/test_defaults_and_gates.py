@@ -59,3 +59,47 @@ def test_gate_verdicts(clause):
         assert_that(got.verdict == want, clause.id, f"{got.verdict} for {g['metric']}={figure} ({agg})", want)
     missing = [r for r in gates.evaluate([{"other": 1.0}], clause.family) if r.clause.id == clause.id][0]
     assert_that(missing.verdict == "missing", clause.id, missing.verdict, "missing when the metric is absent")
+
+
+# ---------------------------------------------------------------------------------------------- several runs
+def _curve(values, key="critic_loss"):
+    return [{"update": i + 1, key: v} for i, v in enumerate(values)]
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-GATE-2")
+def test_divergence_flags_non_finite_losses_and_a_rising_critic_loss():
+    falling = _curve([4.0, 3.0, 2.5, 2.0, 1.5, 1.2, 1.0, 0.9])
+    assert gates.divergence(falling, losses=("critic_loss",), trend="critic_loss") is None
+    # first quarter [4, 3] (median 3.5), last quarter [2, 5] (median 3.5): not above, so not diverged
+    assert gates.divergence(_curve([4.0, 3.0, 1.0, 1.0, 1.0, 1.0, 2.0, 5.0]), losses=(), trend="critic_loss") is None
+    rising = _curve([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0])  # medians 1.0 then 2.0
+    assert "rose" in gates.divergence(rising, losses=(), trend="critic_loss")
+    nan = falling[:3] + [{"update": 4, "critic_loss": 1.0, "policy_loss": float("nan")}] + falling[4:]
+    assert "policy_loss" in gates.divergence(nan, losses=("critic_loss", "policy_loss"), trend="critic_loss")
+    assert "no trend" in gates.divergence(falling[:3], losses=(), trend="critic_loss")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-GATE-1", "SAC-GATE-4")
+def test_pooled_figures_pass_only_when_every_run_passes():
+    ok = [{"alpha": 0.5, "illegal_rate": 0.0}]
+    bad_alpha = [{"alpha": 3.0, "illegal_rate": 0.0}]
+    pooled = gates.pooled_figures([ok, bad_alpha, ok], "sac")
+    assert pooled["alpha"] == 3.0 and pooled["illegal_rate"] == 0.0  # the failing run's figure is the pooled one
+    verdicts = {r.clause.id: r.verdict for r in gates.evaluate([pooled], "sac")}
+    assert verdicts["SAC-GATE-1"] == "fail" and verdicts["SAC-GATE-4"] == "pass"
+    assert gates.pooled_figures([ok, ok], "sac")["alpha"] == 0.5
+    # of two failing runs the pooled figure is the one further from the threshold (2 < 3 above the range)
+    assert gates.pooled_figures([[{"alpha": 2.5}], bad_alpha, [{"alpha": 1e-6}]], "sac")["alpha"] == 3.0
+    gains = [[{"ood_gain_pp": g}] for g in (1.2, 0.0, 12.0)]  # ">= 10": the smallest gain is the worst
+    assert gates.pooled_figures(gains, "sac")["ood_gain_pp"] == 0.0
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-GATE-8")
+def test_ablation_drop_is_in_percentage_points():
+    drops = gates.ablation_drops(0.30, {"no_bc": 0.10, "fixed_alpha": 0.32})
+    assert drops["no_bc"] == pytest.approx(20.0) and drops["fixed_alpha"] == pytest.approx(-2.0)
+    rec = {"ablation_drop_pp": min(drops.values())}  # every ablation must cost 5 points: one gain fails it
+    assert {r.clause.id: r.verdict for r in gates.evaluate([rec], "sac")}["SAC-GATE-8"] == "fail"

@@ -11,10 +11,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_no_grad, assert_rejects, assert_that
+from conformance_tests.harness import assert_close, assert_no_grad, assert_rejects, assert_that, convention
 from conformance_tests.test_isreshape_weights import np_gamma, np_weight
 
 EPS = 1e-8
+SEED_AGG = "token-mean"
+
+
+def agg_coef(m: np.ndarray, mask_eps: float) -> np.ndarray:
+    """Each token's weight in the loss under the loss_agg convention (a [T] batch is one sequence): the seed's
+    m / (Σm + ε), or per sequence m / Σ_t m averaged over the sequences with a token, or sums."""
+    agg = convention("loss_agg")
+    if agg == SEED_AGG:
+        return m / (m.sum() + mask_eps)
+    if agg == "token-sum":
+        return m
+    rows = m.reshape(-1, m.shape[-1])
+    live = rows.sum(-1) > 0
+    per_row = rows / np.where(live, rows.sum(-1), 1.0)[:, None] if agg == "seq-mean-token-mean" else rows
+    return (per_row / live.sum()).reshape(m.shape)
+
+
+def agg_tolerance() -> str | None:
+    """An aggregation other than the seed's may leave out the ε of the denominator: reduction tolerance."""
+    return None if convention("loss_agg") == SEED_AGG else "reduction"
 
 
 def np_token_weights(lp, ref, adv, *, tau=1.0, beta=1.0, gmin=0.0, gmax=1.0, clamp=20.0):
@@ -69,14 +89,19 @@ def test_loss_value(isreshape, case):
     batch, hp = case
     lp, ref, adv, m = _np(batch)
     *_, w = np_weights_for(_np(batch), hp)
-    expected = -(w * adv * lp * m).sum() / (m.sum() + hp["mask_eps"])
-    assert_close(isreshape.policy_loss(*batch, **hp), expected, "ISR-LOSS-1")
+    expected = -(w * adv * lp * agg_coef(m, hp["mask_eps"])).sum()
+    assert_close(isreshape.policy_loss(*batch, **hp), expected, "ISR-LOSS-1", approx=agg_tolerance())
 
 
 @pytest.mark.clause("ISR-LOSS-1")
 def test_loss_golden(isreshape):
-    expected = -(W1 * 1.0 * GOLD_LP[0] + W2 * -2.0 * GOLD_LP[1]) / (2 + EPS)
-    assert_close(isreshape.policy_loss(*_gold()), expected, "ISR-LOSS-1")
+    expected = -(W1 * 1.0 * GOLD_LP[0] + W2 * -2.0 * GOLD_LP[1]) * _gold_coef()
+    assert_close(isreshape.policy_loss(*_gold()), expected, "ISR-LOSS-1", approx=agg_tolerance())
+
+
+def _gold_coef() -> float:
+    """The weight of each of the two golden tokens (one sequence): 1 / (2 + ε), 1 / 2 or 1 for the sums."""
+    return {SEED_AGG: 1 / (2 + EPS), "seq-mean-token-mean": 0.5}.get(convention("loss_agg"), 1.0)
 
 
 @pytest.mark.clause("ISR-LOSS-1")
@@ -86,8 +111,10 @@ def test_loss_is_the_token_mean_of_single_token_losses(isreshape, batch):
     lp, ref, adv, m = (t.reshape(-1) for t in batch)
     singles = [float(isreshape.policy_loss(lp[i:i + 1], ref[i:i + 1], adv[i:i + 1], torch.ones(1, dtype=lp.dtype)))
                for i in range(len(lp)) if m[i] > 0]
-    expected = sum(singles) * (1 + EPS) / (float(m.sum()) + EPS)
-    assert_close(isreshape.policy_loss(lp, ref, adv, m), expected, "ISR-LOSS-1")
+    # a single token's loss is its term / (1 + ε) under the seed, the term itself otherwise (one sequence)
+    scale = {SEED_AGG: (1 + EPS) / (float(m.sum()) + EPS), "seq-mean-token-mean": 1 / float(m.sum())}
+    expected = sum(singles) * scale.get(convention("loss_agg"), 1.0)
+    assert_close(isreshape.policy_loss(lp, ref, adv, m), expected, "ISR-LOSS-1", approx=agg_tolerance())
 
 
 # ----------------------------------------------------------------------------- ISR-LOSS-2
@@ -104,7 +131,7 @@ def test_loss_gradient_is_minus_weight_times_advantage(isreshape, case):
     else:  # the document's constant loss: no gradient anywhere
         grads = (None, None, None)
     g_lp, g_ref, g_adv = (torch.zeros_like(lp) if g is None else g for g in grads)
-    assert_close(g_lp, -w * nadv * nm / (nm.sum() + hp["mask_eps"]), "ISR-LOSS-2", what="dL/dlog pi")
+    assert_close(g_lp, -w * nadv * agg_coef(nm, hp["mask_eps"]), "ISR-LOSS-2", what="dL/dlog pi", approx=agg_tolerance())
     assert_close(g_ref, np.zeros(nlp.shape), "ISR-LOSS-2", what="no gradient into log mu (w is detached)")
     assert_close(g_adv, np.zeros(nlp.shape), "ISR-LOSS-2", what="no gradient into the advantages")
 
@@ -114,8 +141,8 @@ def test_loss_gradient_golden(isreshape):
     lp, ref, adv, m = _gold()
     x = lp.clone().requires_grad_(True)
     g = grad_of(isreshape.policy_loss(x, ref, adv, m), x)
-    assert_close(g, [-W1 * 1.0 / (2 + EPS), -W2 * -2.0 / (2 + EPS)], "ISR-LOSS-2",
-                 what="a zero gradient means the loss lost its log pi factor")
+    assert_close(g, [-W1 * 1.0 * _gold_coef(), -W2 * -2.0 * _gold_coef()], "ISR-LOSS-2",
+                 what="a zero gradient means the loss lost its log pi factor", approx=agg_tolerance())
 
 
 @pytest.mark.clause("ISR-LOSS-2")
@@ -127,8 +154,8 @@ def test_loss_gradient_by_finite_differences(isreshape):
     x = lp.clone().requires_grad_(True)
     g = grad_of(isreshape.policy_loss(x, ref, adv, m), x)
     w = np.array([W1, W2])
-    fd = finite_difference(lambda z: -(torch.from_numpy(w) * adv * z * m).sum() / (m.sum() + EPS), lp)
-    assert_close(g, fd.numpy(), "ISR-LOSS-2")
+    fd = finite_difference(lambda z: -(torch.from_numpy(w) * adv * z * m).sum() * _gold_coef(), lp)
+    assert_close(g, fd.numpy(), "ISR-LOSS-2", approx=agg_tolerance())
 
 
 # ----------------------------------------------------------------------------- ISR-SFT-1
@@ -141,11 +168,12 @@ def test_sft_loss_value_and_gradient(isreshape, case):
     nlp, nref, nm = lp.numpy(), ref.numpy(), m.numpy()
     c, eps = hp["log_ratio_clamp"], hp["mask_eps"]
     w = np_weight(np.exp(np.clip(nlp - nref, -c, c)), hp["gamma_sft"], hp["tau"])
-    assert_close(loss, -(w * nlp * nm).sum() / (nm.sum() + eps), "ISR-SFT-1", what="loss value")
+    coef = agg_coef(nm, eps)
+    assert_close(loss, -(w * nlp * coef).sum(), "ISR-SFT-1", what="loss value", approx=agg_tolerance())
     if loss.requires_grad:
         loss.backward()
     got = x.grad if x.grad is not None else torch.zeros_like(x)
-    assert_close(got, -w * nm / (nm.sum() + eps), "ISR-SFT-1", what="dL/dlog pi (w detached)")
+    assert_close(got, -w * coef, "ISR-SFT-1", what="dL/dlog pi (w detached)", approx=agg_tolerance())
     assert_no_grad("ISR-SFT-1", "ref_log_prob (w is detached)", r)
 
 
@@ -153,8 +181,8 @@ def test_sft_loss_value_and_gradient(isreshape, case):
 def test_sft_loss_golden(isreshape):
     lp, ref, _, m = _gold()
     w2 = 0.8 + 0.2 * 1.572895465931855  # default gamma_sft = 0.2 at r = 2
-    expected = -(1.0 * GOLD_LP[0] + w2 * GOLD_LP[1]) / (2 + EPS)
-    assert_close(isreshape.sft_loss(lp, ref, m), expected, "ISR-SFT-1")
+    expected = -(1.0 * GOLD_LP[0] + w2 * GOLD_LP[1]) * _gold_coef()
+    assert_close(isreshape.sft_loss(lp, ref, m), expected, "ISR-SFT-1", approx=agg_tolerance())
 
 
 # ----------------------------------------------------------------------------- ISR-METRIC-*

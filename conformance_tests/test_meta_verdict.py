@@ -486,3 +486,171 @@ def test_a_clause_without_any_test_is_never_passed():
     assert "No test in this suite" in render_checklist(report)
     only = clause_report({**payload, "clauses": ["ISR-W-1"]})  # a clause-filtered run asks for no more
     assert only["summary"]["exit_code"] == 0
+
+
+# ----------------------------------------------------------------------------- declared conventions (issue 10)
+def _declaring(impl, **capabilities):
+    impl.capabilities = {"errors_name_clauses": True, **capabilities}
+    return impl
+
+
+def _folded_value_loss(declare: bool):
+    """TorchRL's and SB3's value loss: the ½ folded into vf_coef, i.e. twice the seed's value loss."""
+    ref = reference_impl.make()
+    impl = override(ref, "ppo", value_loss=lambda values, returns: 2.0 * ref.ppo.value_loss(values, returns))
+    return _declaring(impl, conventions={"value_loss_factor": 1.0} if declare else {})
+
+
+def folded_value_loss_declared():
+    return _folded_value_loss(declare=True)
+
+
+def folded_value_loss_undeclared():
+    return _folded_value_loss(declare=False)
+
+
+def seed_value_loss_declared_folded():
+    """Declares the folded ½ but computes the seed's value loss: a declaration the code does not follow."""
+    return _declaring(reference_impl.make(), conventions={"value_loss_factor": 1.0})
+
+
+def folded_value_loss_and_broken_kl():
+    """A declared deviation next to a real defect (approx_kl with the sign flipped), for the report's order."""
+    impl = folded_value_loss_declared()
+    ref_kl = impl.ppo.approx_kl
+    return _declaring(override(impl, "ppo", approx_kl=lambda old, new: -ref_kl(old, new)),
+                      conventions={"value_loss_factor": 1.0})
+
+
+def test_a_declared_convention_that_the_code_follows_is_a_deviation_not_a_failure():
+    report = clause_report(run_suite(f"{HERE}:folded_value_loss_declared", clauses=["PPO-LOSS-2"]))
+    (clause,) = report["clauses"]
+    assert clause["status"] == "deviation", clause
+    (dev,) = clause["deviations"]
+    assert (dev["convention"], dev["declared"], dev["seed"]) == ("value_loss_factor", 1.0, 0.5)
+    assert dev["consequence"] == default_spec().convention("value_loss_factor").consequence(1.0) != ""
+    assert report["summary"]["exit_code"] == 0 and report["summary"]["deviation"] == 1
+    text = render_checklist(report)
+    assert "## Deviations" in text and "| PPO-LOSS-2 | value_loss_factor | 1.0 | 0.5 |" in text
+
+
+def test_the_same_code_without_the_declaration_fails():
+    report = clause_report(run_suite(f"{HERE}:folded_value_loss_undeclared", clauses=["PPO-LOSS-2"]))
+    assert report["clauses"][0]["status"] == "fail" and report["summary"]["exit_code"] == 1
+    assert "deviations" not in report["clauses"][0]
+
+
+def test_a_declared_convention_the_code_does_not_follow_still_fails():
+    report = clause_report(run_suite(f"{HERE}:seed_value_loss_declared_folded", clauses=["PPO-LOSS-2"]))
+    assert report["clauses"][0]["status"] == "fail" and report["summary"]["exit_code"] == 1
+
+
+def test_report_lists_findings_then_deviations_then_the_rest():
+    report = clause_report(run_suite(f"{HERE}:folded_value_loss_and_broken_kl", clauses=["PPO-LOSS-2", "PPO-KL-1"]))
+    status = {c["id"]: c["status"] for c in report["clauses"]}
+    assert status == {"PPO-KL-1": "fail", "PPO-LOSS-2": "deviation"}, status
+    text = render_checklist(report)
+    order = [text.index(h) for h in ("## Findings", "## Deviations", "## Grey-release checklist")]
+    assert order == sorted(order), order
+    table = text[text.index("| clause | level | status"):]
+    assert table.index("PPO-KL-1") < table.index("PPO-LOSS-2")  # the family table too: fail, deviation, pass
+
+
+def maskless_impl():
+    """A library without action masks: any illegal action that reaches it is an error."""
+    ref = reference_impl.make()
+
+    def all_legal(fn):
+        def op(*args, **kwargs):
+            masks = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.dtype == torch.bool]
+            if any(not bool(m.all()) for m in masks):
+                raise RuntimeError("this library has no action masks")
+            return fn(*args, **kwargs)
+        return op
+
+    impl = override(ref, "sac", masked_softmax=all_legal(ref.sac.masked_softmax))
+    impl = override(impl, "ppo", evaluate_actions=all_legal(ref.ppo.evaluate_actions),
+                    masked_distribution=all_legal(ref.ppo.masked_distribution))
+    return _declaring(impl, masks=False)
+
+
+def test_masks_false_makes_illegal_action_tests_not_applicable_never_error():
+    payload = run_suite(f"{HERE}:maskless_impl", clauses=["SAC-MASK-1", "SAC-MASK-2", "PPO-MASK-3"])
+    report = clause_report(payload)
+    assert report["summary"]["error"] == report["summary"]["fail"] == 0, report["clauses"]
+    outcome = {n.split("::")[-1]: t["outcome"] for n, t in payload["tests"].items()}
+    for golden in ("test_masked_softmax_golden", "test_replay_golden_from_the_symptom_log",
+                   "test_update_rejects_a_stored_action_illegal_under_its_mask"):
+        assert outcome[golden] == "not_applicable", (golden, outcome[golden])
+    # what needs no illegal action still runs (all-legal masks drawn) and passes
+    assert outcome["test_masked_softmax_matches_softmax_over_legal_set"] == "pass"
+
+
+def test_declared_dtypes_are_the_only_ones_drawn():
+    from hypothesis import given, settings
+
+    from conformance_tests import harness
+    from conformance_tests import strategies as st_
+
+    saved = harness.declared_capabilities()
+    seen: set[torch.dtype] = set()
+
+    from hypothesis import strategies as st
+
+    @settings(max_examples=15, database=None, deadline=None)
+    @given(st.tuples(st_.logits_and_masks(), st_.policies(), st_.dyadic_policies(widths=(3, 8)),
+                     st_.isr_token_batches(), st_.ccapo_return_groups(), st_.rollouts(), st_.float_dtypes()))
+    def draw_all(drawn):
+        for x in drawn:
+            for t in x.values() if isinstance(x, dict) else x if isinstance(x, tuple) else (x,):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():
+                    seen.add(t.dtype)
+            if isinstance(x, torch.dtype):
+                seen.add(x)
+
+    try:
+        harness.set_capabilities({"dtypes": ["float32"]})
+        draw_all()
+    finally:
+        harness.set_capabilities(saved)
+    assert seen == {torch.float32}, seen
+
+
+def test_declared_value_outside_the_allowed_values_is_the_implementations_error():
+    from conformance_tests import harness
+
+    saved = harness.declared_capabilities()
+    try:
+        harness.set_capabilities({"conventions": {"value_loss_factor": 0.7}})
+        with pytest.raises(harness.ImplementationError, match="value_loss_factor"):
+            harness.convention("value_loss_factor")
+        harness.set_capabilities({"conventions": {"value_loss_factor": 0.5}})  # the seed's value: no deviation
+        harness.begin_test(clauses=["PPO-LOSS-2"])
+        assert harness.convention("value_loss_factor") == 0.5 and harness.deviations() == []
+    finally:
+        harness.set_capabilities(saved)
+        harness.end_test()
+
+
+def test_conventions_must_name_existing_clauses_that_list_them_back(tmp_path):
+    import shutil
+
+    from rlconform.spec import SpecError, load_spec, spec_dir
+
+    for f in spec_dir().glob("*.yaml"):
+        shutil.copy(f, tmp_path / f.name)
+    conv = tmp_path / "conventions.yaml"
+    text = conv.read_text(encoding="utf-8")
+    conv.write_text(text.replace("clauses: [PPO-CLIPFRAC-1,", "clauses: [PPO-NOPE-9, PPO-CLIPFRAC-1,"), encoding="utf-8")
+    line = 1 + text[: text.index("  - id: clip_fraction")].count("\n")
+    with pytest.raises(SpecError, match=rf"conventions.yaml:{line}: convention clip_fraction: .*PPO-NOPE-9"):
+        load_spec(tmp_path)
+    # a clause file may add itself to a convention: conventions.yaml's list is completed from it
+    conv.write_text(text.replace("clauses: [PPO-CLIPFRAC-1, ", "clauses: ["), encoding="utf-8")
+    assert "PPO-CLIPFRAC-1" in load_spec(tmp_path).convention("clip_fraction").clauses
+    conv.write_text(text, encoding="utf-8")
+    ppo = tmp_path / "ppo.yaml"
+    ppo.write_text(ppo.read_text(encoding="utf-8").replace("conventions: [clip_fraction]", "conventions: [clip_fraction, clip_rate]", 1),
+                   encoding="utf-8")
+    with pytest.raises(SpecError, match="lists unknown convention 'clip_rate'"):
+        load_spec(tmp_path)

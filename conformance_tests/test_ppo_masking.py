@@ -13,7 +13,8 @@ from scipy.special import logsumexp
 
 from conformance_tests import oracles
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_low_precision, assert_close, assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import (assert_close, assert_equal, assert_low_precision, assert_rejects, assert_that,
+                                      convention, declares, slack)
 
 
 def np_masked_log_softmax(z, mask) -> np.ndarray:
@@ -29,6 +30,20 @@ def np_masked_entropy(z, mask) -> np.ndarray:
     return -(np.exp(safe) * safe * np.isfinite(lp)).sum(-1)
 
 
+def assert_illegal_fill(got: torch.Tensor, dtype: torch.dtype, clause: str) -> None:
+    """Illegal logits under the mask_fill convention. The seed (undeclared): exactly -1e9, or the dtype's most
+    negative finite value where -1e9 does not fit. Declared "finite" (or "eps_clip", which leaves the logits
+    finite): any finite fill at or below that, so the illegal probability is 0. "neg_inf": -inf."""
+    seed_fill = torch.tensor(max(-1e9, torch.finfo(dtype).min), dtype=dtype).double()
+    fill, got = convention("mask_fill"), got.double()
+    if fill == "neg_inf":
+        assert_equal(got, torch.full_like(got, float("-inf")), clause, "illegal logits hold -inf")
+    elif declares("mask_fill"):
+        assert_that(torch.isfinite(got) & (got <= seed_fill), clause, got, f"finite illegal logits <= {seed_fill.item():g}")
+    else:
+        assert_equal(got, torch.full_like(got, seed_fill.item()), clause, "illegal logits hold the -1e9 fill")
+
+
 def legal_actions(mask: torch.Tensor, data) -> torch.Tensor:
     """One legal action per row, drawn by hypothesis."""
     return torch.tensor([data.draw(st.sampled_from(torch.nonzero(row).flatten().tolist())) for row in mask])
@@ -41,7 +56,7 @@ def test_masked_logits_fill_illegal_and_keep_legal(ppo, zm):
     z, mask = zm
     got = ppo.masked_logits(z, mask)
     assert_equal(got[mask], z[mask], "PPO-MASK-1", "legal logits unchanged")
-    assert_equal(got[~mask], torch.full_like(z[~mask], -1e9), "PPO-MASK-1", "illegal logits hold -1e9")
+    assert_illegal_fill(got[~mask], z.dtype, "PPO-MASK-1")
 
 
 @pytest.mark.clause("PPO-MASK-1")
@@ -167,7 +182,8 @@ def test_entropy_is_the_masked_distribution_entropy(ppo, zm, data):
     z, mask = zm
     _, ent = ppo.evaluate_actions(z, mask, legal_actions(mask, data))
     assert_close(ent, np_masked_entropy(z, mask), "PPO-ENT-1")
-    bound = np.log(mask.numpy().sum(-1)) + 1e-9
+    legal_log = np.log(mask.numpy().sum(-1))
+    bound = legal_log + slack("PPO-ENT-1", legal_log)  # rounding of the inputs' dtype, as assert_close allows
     assert_that(torch.as_tensor(ent.detach().numpy() <= bound), "PPO-ENT-1", ent, "at most log|A(s)|")
 
 
@@ -223,8 +239,7 @@ def test_masked_logits_fill_is_finite_in_low_precision(ppo, dtype):
     z = torch.tensor([[1.0, 2.0, 3.0]], dtype=dtype)
     mask = torch.tensor([[True, False, True]])
     got = ppo.masked_logits(z, mask)
-    want = max(-1e9, torch.finfo(dtype).min)
-    assert_equal(got[0, 1].double(), torch.tensor(want, dtype=dtype).double(), "PPO-MASK-4", "fill value")
+    assert_illegal_fill(got[0, 1:2], dtype, "PPO-MASK-4")
 
 
 @pytest.mark.clause("PPO-MASK-4", "PPO-MASK-2")
@@ -243,7 +258,25 @@ def test_low_precision_sampling_stays_legal(ppo, dtype):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_logits_are_rejected(ppo, op, bad):
     z = torch.tensor([[0.5, bad, 1.0]], dtype=torch.float64)
+    if bad == float("-inf") and convention("neg_inf_logits") == "accept":
+        return _neg_inf_logit_is_a_zero_probability_action(ppo, op, z)
     assert_rejects("PPO-INPUT-1", ppo.raw(op), z, torch.ones(1, 3, dtype=torch.bool))
+
+
+def _neg_inf_logit_is_a_zero_probability_action(ppo, op, z):
+    """neg_inf_logits "accept" (torch Categorical semantics): -inf is an action of probability exactly 0 and
+    the other actions keep their softmax; never NaN (PPO-INPUT-1's normative part)."""
+    out = getattr(ppo, op)(z, torch.ones(1, 3, dtype=torch.bool), **({"generator": torch.Generator().manual_seed(0)}
+                                                                     if op == "sample_actions" else {}))
+    if op == "sample_actions":
+        action, logp = out
+        assert_that(action != 1, "PPO-INPUT-1", action, "never the action whose logit is -inf")
+        assert_that(torch.isfinite(logp), "PPO-INPUT-1", logp, "a finite log-prob")
+        return
+    probs = torch.softmax(out.detach(), -1) if isinstance(out, torch.Tensor) else out.probs.detach()
+    want = np.array([[1.0, 0.0, math.e**0.5]]) / (1.0 + math.e**0.5)
+    assert_that(probs[0, 1] == 0, "PPO-INPUT-1", probs, "probability exactly 0 for the -inf logit")
+    assert_close(probs, want, "PPO-INPUT-1", approx="reduction", what="softmax of the finite logits")
 
 
 @pytest.mark.clause("PPO-INPUT-1")

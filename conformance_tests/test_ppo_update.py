@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that, tolerance
+from conformance_tests.harness import (assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that,
+                                      convention, np_approx_kl, np_clip_fraction, tolerance)
 
 HP = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
 
@@ -61,7 +62,8 @@ def setup(ppo, r, *, lr=0.5, attached_old=False):
 
 
 def oracle_metrics(forward, batch, clip_eps=HP["clip_eps"]):
-    """Metrics of one minibatch from the recorded forward (states, table) alone."""
+    """Metrics of one minibatch from the recorded forward (states, table) alone, approx_kl and clip_fraction
+    under the declared conventions."""
     states, table = forward
     mask = batch["mask"].numpy()[states]
     lp = np_log_softmax(table[states], mask)
@@ -69,12 +71,15 @@ def oracle_metrics(forward, batch, clip_eps=HP["clip_eps"]):
     old = batch["old_log_prob"].detach().numpy()[states]
     r = np.exp(new - old)
     ent = -np.where(mask, np.exp(lp) * np.where(mask, lp, 0.0), 0.0).sum(-1)
-    return {"approx_kl": np.mean(old - new), "k3_kl": np.mean(np.expm1(new - old) - (new - old)),
-            "ratio_mean": r.mean(), "clip_fraction": np.mean(np.abs(r - 1) > clip_eps), "entropy": ent.mean()}
+    adv = batch["advantage"].detach().numpy()[states]
+    return {"approx_kl": np_approx_kl(old, new, convention("approx_kl")),
+            "k3_kl": np.mean(np.expm1(new - old) - (new - old)), "ratio_mean": r.mean(),
+            "clip_fraction": np_clip_fraction(r, clip_eps, convention("clip_fraction"), adv), "entropy": ent.mean()}
 
 
 def oracle_first_gradient(r, batch, vf_coef=HP["vf_coef"], ent_coef=HP["ent_coef"]):
-    """Closed-form gradient of the total loss at θ = θ_old (ratio 1): per-state table and value rows."""
+    """Closed-form gradient of the total loss at θ = θ_old (ratio 1): per-state table and value rows (the
+    value term's factor from the value_loss_factor convention)."""
     z, mask = r["logits"].numpy(), r["mask"].numpy()
     n = len(z)
     lp = np_log_softmax(z, mask)
@@ -84,8 +89,21 @@ def oracle_first_gradient(r, batch, vf_coef=HP["vf_coef"], ent_coef=HP["ent_coef
     onehot = np.eye(z.shape[1])[batch["action"].numpy()]
     adv = r["advantage"].numpy()[:, None]
     g_z = -adv * (onehot - p) / n + ent_coef * p * (logp + H) / n
-    g_v = vf_coef * (r["values"].numpy() - r["return"].numpy()) / n
+    g_v = 2 * convention("value_loss_factor") * vf_coef * (r["values"].numpy() - r["return"].numpy()) / n
     return g_z, g_v
+
+
+def np_clip_steps(g_z: np.ndarray, g_v: np.ndarray, max_norm: float) -> tuple[np.ndarray, np.ndarray]:
+    """The actor's and critic's gradients after clipping to ``max_norm`` (coefficient c / (norm + 1e-6),
+    capped at 1) under the grad_clip_scope convention: each network's own norm (the seed), or one norm over
+    both (global)."""
+    def coef(*gs):
+        return min(1.0, max_norm / (float(np.sqrt(sum((g**2).sum() for g in gs))) + 1e-6))
+
+    if convention("grad_clip_scope") == "global":
+        c = coef(g_z, g_v)
+        return g_z * c, g_v * c
+    return g_z * coef(g_z), g_v * coef(g_v)
 
 
 # ----------------------------------------------------------------------------- PPO-UPDATE-1
@@ -140,10 +158,10 @@ def test_first_step_follows_the_gradient_of_the_documented_loss(ppo, r, attached
     actor, critic, opt, batch = setup(ppo, r, lr=1.0, attached_old=attached)
     ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=1e9,
                    target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
-    g_z, g_v = oracle_first_gradient(r, batch)
+    g_z, g_v = np_clip_steps(*oracle_first_gradient(r, batch), 1e9)  # a bound far above: clipping is inactive
     step_z = r["logits"].numpy() - actor.table.detach().numpy()
     step_v = r["values"].numpy() - critic.v.detach().numpy()
-    rtol, atol = tolerance("PPO-UPDATE-3")
+    rtol, atol = tolerance("PPO-UPDATE-3", r["logits"].dtype)  # the rollout's declared dtype
     ok = np.allclose(step_z, g_z, rtol=rtol, atol=atol) and np.allclose(step_v, g_v, rtol=rtol, atol=atol)
     note = "old_log_prob given attached to the actor's graph" if attached else "old_log_prob given detached"
     assert_that(ok, "PPO-UPDATE-3", {"actor step": step_z.round(6).tolist(), "critic step": step_v.round(6).tolist()},
@@ -157,8 +175,7 @@ def test_update_clips_the_actor_gradient_norm(ppo, r, max_norm):
     actor, critic, opt, batch = setup(ppo, r, lr=1.0)
     ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=max_norm,
                    target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
-    g_z, _ = oracle_first_gradient(r, batch)
-    expected = g_z * min(1.0, max_norm / (np.linalg.norm(g_z) + 1e-6))
+    expected, _ = np_clip_steps(*oracle_first_gradient(r, batch), max_norm)
     step = r["logits"].numpy() - actor.table.detach().numpy()
     assert_close(torch.from_numpy(step), expected, "PPO-GRAD-1", what="actor step = lr x clipped gradient")
 
@@ -215,11 +232,12 @@ def test_kl_guard_ends_the_update_before_the_offending_step(ppo, r, mb, target):
     actor, critic, opt, batch = setup(ppo, r, lr=3.0)
     recs = ppo.ppo_update(actor, critic, opt, batch, epochs=4, minibatch_size=mb, max_grad_norm=10.0,
                           target_kl=target, generator=torch.Generator().manual_seed(4), **HP)
+    bound = convention("kl_stop_factor") * target  # the seed's 2 x target_kl, or the declared factor
     for k, (rec, fwd) in enumerate(zip(recs, actor.forwards)):
         kl = oracle_metrics(fwd, batch)["approx_kl"]
-        if abs(kl - 2 * target) < 1e-9:
+        if abs(kl - bound) < 1e-9:
             return  # on the threshold itself rounding decides; nothing to check
-        assert_equal(bool(rec["early_stop"]), bool(kl > 2 * target), "PPO-KLSTOP-2", f"minibatch {k}: approx_kl={kl:.4g}")
+        assert_equal(bool(rec["early_stop"]), bool(kl > bound), "PPO-KLSTOP-2", f"minibatch {k}: approx_kl={kl:.4g}")
         if rec["early_stop"]:
             assert_that(k == len(recs) - 1, "PPO-KLSTOP-2", f"{len(recs) - 1 - k} more minibatch(es)", "none after the stop")
             assert_equal(actor.table.detach(), torch.from_numpy(fwd[1]), "PPO-KLSTOP-2",
@@ -335,7 +353,7 @@ def plain_minibatch_loss(params, mb, *, clip_eps, vf_coef, ent_coef):
     adv = mb["advantage"]
     pl = -torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv).mean()
     values = (h @ w3.T + b3).squeeze(-1)
-    vl = 0.5 * ((mb["return"] - values) ** 2).mean()
+    vl = convention("value_loss_factor") * ((mb["return"] - values) ** 2).mean()
     legal_logp = torch.where(mb["mask"], logp, torch.zeros_like(logp))  # no -inf * 0 in value or gradient
     ent = -(logp.exp() * legal_logp).sum(-1).mean()
     return pl + vf_coef * vl - ent_coef * ent

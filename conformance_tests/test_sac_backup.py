@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, convention
 from conformance_tests.oracles import np_
 
 
@@ -374,4 +374,9 @@ def test_td_target_golden(sac):
 @pytest.mark.parametrize("gamma", [0.0, 1.0, 1.5, -0.5])
 def test_td_target_rejects_gamma_outside_open_unit_interval(sac, gamma):
     x = torch.zeros(2, dtype=torch.float64)
+    if gamma == 1.0 and convention("gamma_one") == "accept":  # γ = 1 legitimate: undiscounted, terminal cut
+        r, v, done = torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor([5.0, 5.0], dtype=torch.float64), x.clone()
+        done[1] = 1.0
+        assert_close(sac.td_target(r, done, v, gamma=gamma), [6.0, 1.0], "SAC-INPUT-4", what="gamma = 1 accepted")
+        return
     assert_rejects("SAC-INPUT-4", sac.raw("td_target"), x, x, x, gamma=gamma)

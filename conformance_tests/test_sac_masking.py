@@ -9,20 +9,47 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance_tests import oracles
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_low_precision, assert_close, assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import (assert_close, assert_equal, assert_low_precision, assert_rejects, assert_that,
+                                      convention)
 
 EPS = 1e-8
+
+
+def np_legal_softmax(z: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Softmax over the legal set in float64 (0 on illegal entries), from the logits as given."""
+    zs = np.where(mask, z - np.where(mask, z, -np.inf).max(-1, keepdims=True), -np.inf)
+    return np.exp(zs) / np.exp(zs).sum(-1, keepdims=True)
+
+
+def assert_masked_probs(got, z, mask, clause: str, *, eps: float = EPS, dtype=None) -> None:
+    """The masked softmax under the mask_fill convention. Normative whatever is declared: the legal entries
+    are the softmax over the legal set and nothing is NaN. The seed's eps_clip lifts every entry to at least
+    eps (illegal ones exactly eps); "finite" leaves illegal entries in [0, eps] and "neg_inf" at exactly 0,
+    legal entries unclipped."""
+    p, m = np_legal_softmax(z.double().numpy(), mask.numpy()), mask.numpy()
+    assert_that(~torch.isnan(got), clause, got, "no NaN")
+    fill = convention("mask_fill")
+    low = dtype is not None and dtype != torch.float64
+    check = (lambda g, e, what: assert_low_precision(g, e, clause, dtype, what)) if low else (
+        lambda g, e, what: assert_close(g, e, clause, what=what))
+    if fill == "eps_clip":
+        check(got, np.maximum(p, eps), "probabilities")
+        return
+    g = got.double()
+    check(torch.where(mask, g, torch.zeros_like(g)), np.where(m, p, 0.0), "legal probabilities")
+    illegal = g[~mask]
+    if fill == "neg_inf":
+        assert_equal(illegal, torch.zeros_like(illegal), clause, "illegal entries exactly 0 (neg_inf fill)")
+    else:
+        assert_that((illegal >= 0) & (illegal <= eps), clause, illegal, f"illegal entries in [0, {eps}] (finite fill)")
 
 
 @pytest.mark.clause("SAC-MASK-1")
 @given(st_.logits_and_masks())
 def test_masked_softmax_matches_softmax_over_legal_set(sac, zm):
     z, mask = zm
-    got = sac.masked_softmax(z, mask)
-    expected = np.maximum(oracles.masked_softmax(z.numpy(), mask.numpy()), EPS)
-    assert_close(got, expected, "SAC-MASK-1")
+    assert_masked_probs(sac.masked_softmax(z, mask), z, mask, "SAC-MASK-1")
 
 
 @pytest.mark.clause("SAC-MASK-1")
@@ -38,7 +65,13 @@ def test_masked_softmax_golden(sac):
     z = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
     mask = torch.tensor([[True, False, True]])
     e2 = math.exp(2.0)
-    assert_close(sac.masked_softmax(z, mask), [[1 / (1 + e2), EPS, e2 / (1 + e2)]], "SAC-MASK-1")
+    got = sac.masked_softmax(z, mask)
+    assert_close(got[:, [0, 2]], [[1 / (1 + e2), e2 / (1 + e2)]], "SAC-MASK-1")
+    illegal = {"eps_clip": EPS, "neg_inf": 0.0}.get(convention("mask_fill"))
+    if illegal is None:  # a finite fill: anywhere in [0, eps]
+        assert_that((got[0, 1] >= 0) & (got[0, 1] <= EPS), "SAC-MASK-1", got[0, 1], f"in [0, {EPS}]")
+    else:
+        assert_close(got[:, 1], [illegal], "SAC-MASK-1", what="the illegal entry")
 
 
 @pytest.mark.clause("SAC-MASK-2")
@@ -47,6 +80,11 @@ def test_every_probability_is_clipped_at_eps(sac, zm, kw):
     z, mask = zm
     eps = kw["eps"]
     got = sac.masked_softmax(z, mask, **kw)
+    assert_that(~torch.isnan(got), "SAC-MASK-2", got, "no NaN")
+    if convention("mask_fill") != "eps_clip":  # no clip declared: a distribution over the legal set, no NaN
+        legal_mass = torch.where(mask, got, torch.zeros_like(got)).sum(-1)
+        assert_close(legal_mass, np.ones(len(legal_mass)), "SAC-MASK-2", what="legal mass", approx="reduction")
+        return
     assert_that(got >= eps, "SAC-MASK-2", got, f"every entry >= {eps}")
     illegal = got[~mask]
     assert_equal(illegal, torch.full_like(illegal, eps), "SAC-MASK-2", "illegal entries hold exactly eps")
@@ -59,15 +97,13 @@ def test_every_probability_is_clipped_at_eps(sac, zm, kw):
 def test_masked_softmax_stays_finite_in_low_precision(sac, dtype, zm):
     z, mask = zm
     got = sac.masked_softmax(z.to(dtype), mask)
-    assert_that(torch.isfinite(got) & (got > 0), "SAC-MASK-3", got, "finite, positive probabilities")
-    assert_that(torch.isfinite(torch.log(got.float())), "SAC-MASK-3", got, "finite log")
+    assert_that(torch.isfinite(got) & (got >= 0), "SAC-MASK-3", got, "finite, non-negative probabilities")
+    if convention("mask_fill") == "eps_clip":  # the clip is what keeps every log finite
+        assert_that(torch.isfinite(torch.log(got.float())), "SAC-MASK-3", got, "finite log")
     legal_mass = torch.where(mask, got.double(), torch.zeros_like(got.double())).sum(-1)
     assert_close(legal_mass, np.ones(len(legal_mass)), "SAC-MASK-3", dtype=dtype, what="legal mass")
     # the values, not only their finiteness: the float64 answer for the same rounded logits
-    zr, m = z.to(dtype).double().numpy(), mask.numpy()
-    zs = np.where(m, zr - np.where(m, zr, -np.inf).max(-1, keepdims=True), -np.inf)
-    expected = np.maximum(np.exp(zs) / np.exp(zs).sum(-1, keepdims=True), EPS)
-    assert_low_precision(got, expected, "SAC-MASK-3", dtype, "probabilities")
+    assert_masked_probs(got, z.to(dtype), mask, "SAC-MASK-3", dtype=dtype)
 
 
 @pytest.mark.clause("SAC-INPUT-1")
@@ -130,14 +166,29 @@ def test_legal_set_golden(sac):
 @given(st_.batch_shapes(), st.data(), st.floats(0.7, 1.2))
 def test_target_entropy_is_kappa_log_legal_count(sac, shape, data, kappa):
     mask = data.draw(st_.legal_masks(shape))
-    got = sac.target_entropy(mask, kappa=kappa)
-    assert_close(got, kappa * np.log(mask.numpy().sum(-1)), "SAC-ENT-1", dtype=torch.float64 if got.dtype == torch.float64 else got.dtype)
+    got = _per_state(sac.target_entropy(mask, kappa=kappa), mask)
+    assert_close(got, kappa * np.log(_target_count(mask)), "SAC-ENT-1",
+                 dtype=torch.float64 if got.dtype == torch.float64 else got.dtype)
 
 
 @pytest.mark.clause("SAC-ENT-1")
 def test_target_entropy_golden(sac):
     mask = torch.tensor([[True] * 8 + [False] * 2])
-    assert_close(sac.target_entropy(mask, kappa=0.9), [0.9 * math.log(8)], "SAC-ENT-1", dtype=torch.float32)
+    want = 0.9 * math.log(8 if convention("target_entropy") == "per_state_legal" else 10)
+    assert_close(_per_state(sac.target_entropy(mask, kappa=0.9), mask), [want], "SAC-ENT-1", dtype=torch.float32)
+
+
+def _target_count(mask: torch.Tensor) -> np.ndarray:
+    """|A(s)| per state (the seed), or the whole action space for every state (target_entropy "scalar")."""
+    m = mask.numpy()
+    return m.sum(-1) if convention("target_entropy") == "per_state_legal" else np.full(len(m), m.shape[-1])
+
+
+def _per_state(target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A declared scalar target is one number for every state: broadcast it to the rows."""
+    if convention("target_entropy") == "scalar" and target.numel() == 1:
+        return target.reshape(()).expand(mask.shape[0])
+    return target
 
 
 @pytest.mark.clause("SAC-ENT-2")

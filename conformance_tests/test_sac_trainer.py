@@ -119,10 +119,81 @@ def test_two_update_smoke_run_writes_metrics_and_resumes(tmp_path):
     assert not missing, f"metrics lack {sorted(missing)}"
     assert all(v == v for r in recs for v in r.values() if isinstance(v, float))  # no NaN
     verdicts = {r.clause.id: r.verdict for r in evaluate(recs, "sac")}
-    for gate in ("SAC-GATE-1", "SAC-GATE-4", "SAC-GATE-5", "SAC-GATE-6", "SAC-TOPP-4"):
+    for gate in ("SAC-GATE-1", "SAC-GATE-3", "SAC-GATE-4", "SAC-GATE-5", "SAC-GATE-6", "SAC-GATE-7", "SAC-TOPP-4"):
         assert verdicts[gate] != "missing", gate
     with pytest.raises(FileExistsError):
         cli(["--out", str(out), "--updates", "2", *TINY])  # no silent overwrite
     assert cli(["--out", str(out), "--updates", "3", "--resume", *TINY]) == 0
     recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in recs] == [0, 1, 2, 3]
+
+
+def test_paragraph_consistency_counts_distinct_lexicon_pairs():
+    from reference_impl.sac.quality import paragraph_consistency
+
+    lex = frozenset({"中国", "国家", "人民"})
+    # 中国家人民: pairs 中国 国家 家人 人民 -> three words of four pairs (hand count)
+    assert paragraph_consistency("中国家人民", lex) == 3 / 4
+    # a loop repeats one word: 中国中国中国 has pairs 中国 国中 中国 国中 中国 -> one distinct word of five
+    assert paragraph_consistency("中国中国中国", lex) == 1 / 5
+    assert paragraph_consistency("中", lex) == 0.0 and paragraph_consistency("", lex) == 0.0
+
+
+def test_device_side_legal_mask_equals_the_env_mask(corpus):
+    from reference_impl.sac.trainer import device_legal_mask
+
+    env = _env(corpus)
+    g = torch.Generator().manual_seed(4)
+    hist = torch.randint(0, corpus.vocab_size, (64, 6), generator=g)
+    hist[::3, -1] = corpus.index["，"]  # rows that end in punctuation: the repeat rule applies
+    for dev in ("cpu", "meta"):
+        got = device_legal_mask(env, torch.device(dev))(hist.to(dev))
+        assert got.device.type == dev and got.shape == (64, corpus.vocab_size)
+    assert torch.equal(device_legal_mask(env, torch.device("cpu"))(hist), env.legal_mask(hist))
+    # independent of both: the compliance rule written out per row
+    for row, h in enumerate(hist.tolist()):
+        want = ~corpus.blacklist.clone()
+        if bool(corpus.punct[h[-1]]):
+            want[h[-1]] = False
+        want[EOS] = True
+        assert int(want.sum()) >= env.cfg.min_legal  # so the whitelist fallback does not apply here
+        assert torch.equal(env.legal_mask(hist[row:row + 1])[0], want)
+
+
+def test_full_preset_carries_the_v2_sizes_of_the_spec():
+    from reference_impl.sac.trainer import PRESETS, Config, apply_overrides
+    from rlconform.spec import default_spec
+
+    cfg = apply_overrides(Config(), [f"{k}={v!r}" for k, v in PRESETS["full"].items()])
+    spec = default_spec().clauses
+    want = {**spec["SAC-DEFAULT-4"].value, **spec["SAC-DEFAULT-5"].value, **spec["SAC-DEFAULT-7"].value}
+    for key in ("batch_size", "lr_pi", "lr_q", "d_model", "gru_hidden", "rho", "lambda_bc", "dagger_horizon"):
+        assert getattr(cfg, key) == want[key], key
+    assert cfg.env.popart_beta == spec["SAC-DEFAULT-6"].value["popart_beta"]
+    assert cfg.encoder == "gru"  # §9: GRU hidden 256
+
+
+def _write_run(path, critic, top3_at):
+    """A metrics.jsonl as the trainer writes it: training records, and evaluation records at ``top3_at``."""
+    path.mkdir(parents=True)
+    recs = [{"family": "sac", "update": u, "critic_loss": c, "alpha": 0.2, "illegal_rate": 0.0}
+            for u, c in enumerate(critic, 1)]
+    for u, top3 in top3_at.items():
+        recs[u - 1].update(top3_hit=top3, top1_hit=0.1, coverage=0.0, ood_gain_pp=0.0)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+@pytest.mark.clause("SAC-GATE-2", "SAC-GATE-8")
+def test_suite_summary_counts_diverged_seeds_and_the_smallest_ablation_drop(tmp_path):
+    from reference_impl.sac.suite import summarise
+
+    down, up = [3.0, 2.0, 2.0, 1.0] * 2, [1.0, 1.0, 2.0, 3.0] * 2  # quarters: 3.0/2.0 -> 1.0/1.0; 1.0/1.0 -> 3.0/3.0
+    _write_run(tmp_path / "seed0", down, {4: 0.30, 8: 0.35})
+    _write_run(tmp_path / "seed1", up, {4: 0.28, 8: 0.33})
+    for name, top3 in (("no_bc", 0.10), ("no_topp", 0.27), ("fixed_alpha", 0.31)):
+        _write_run(tmp_path / f"ablate_{name}", down[:4], {4: top3})
+    rec = summarise(tmp_path, [0, 1], updates=8, ablation_updates=4)
+    assert rec["diverged_runs"] == 1 and list(rec["divergence"]) == ["seed1"]
+    # drops from seed 0's top-3 at update 4 (0.30): 20, 3 and -1 points; the gate reads the smallest
+    assert rec["ablation_drops_pp"] == pytest.approx({"no_bc": 20.0, "no_topp": 3.0, "fixed_alpha": -1.0})
+    assert rec["ablation_drop_pp"] == pytest.approx(-1.0)

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
-from conformance_tests.oracles import huber, np_
+from conformance_tests.harness import (assert_close, assert_equal, assert_rejects, assert_that, convention, critic_delta,
+                                      np_critic_penalty)
+from conformance_tests.oracles import np_
 
 EPS = 1e-8
 
@@ -95,7 +96,8 @@ def test_cql_rejects_a_row_with_no_legal_action(sac):
 # ----------------------------------------------------------------------------- SAC-CRITIC-2
 def _np_critic_total(q1, q2, mask, a, y, delta, lam, use_cql):
     rows = np.arange(len(a))
-    loss = float(np.mean(huber(q1[rows, a] - y, delta) + huber(q2[rows, a] - y, delta)))
+    conv = convention("huber_delta")
+    loss = float(np.mean(np_critic_penalty(q1[rows, a] - y, delta, conv) + np_critic_penalty(q2[rows, a] - y, delta, conv)))
     return loss + (_np_cql(q1, mask, a, lam) + _np_cql(q2, mask, a, lam) if use_cql else 0.0)
 
 
@@ -111,6 +113,7 @@ def critic_cases(draw):
 @given(critic_cases(), st.floats(0.1, 3.0), st.floats(0.0, 1.0), st.booleans())
 def test_total_critic_loss_matches_numpy(sac, case, delta, lam, use_cql):
     q1, q2, mask, a, y = case
+    delta = critic_delta(delta)  # δ = 1 unless the implementation supports any δ
     got = sac.critic_loss_total(q1, q2, a, y, legal_mask=mask, delta=delta, lam_cql=lam, use_cql=use_cql)
     want = _np_critic_total(np_(q1), np_(q2), np_(mask), a.numpy(), np_(y), delta, lam, use_cql)
     assert_close(got, want, "SAC-CRITIC-2")
@@ -123,7 +126,7 @@ def test_total_critic_loss_golden(sac):
     q2 = torch.tensor([[3.0, 3.0, 9.0]], dtype=torch.float64)  # error 2 -> 1.5;    lse_legal = 3 + log 2
     mask = torch.tensor([[True, True, False]])
     a, y = torch.tensor([0]), torch.tensor([1.0], dtype=torch.float64)
-    huber_part = 0.125 + 1.5
+    huber_part = 0.25 + 4.0 if convention("huber_delta") == "mse" else 0.125 + 1.5  # errors 0.5 and 2
     assert_close(sac.critic_loss_total(q1, q2, a, y, legal_mask=mask, lam_cql=0.5), huber_part + 2 * 0.5 * math.log(2),
                  "SAC-CRITIC-2", what="CQL on both critics")
     assert_close(sac.critic_loss_total(q1, q2, a, y, legal_mask=mask, lam_cql=0.5, use_cql=False), huber_part,
@@ -143,7 +146,8 @@ def test_total_critic_loss_gradient_and_no_gradient_into_target(sac, case, lam):
     err = qn[np.arange(B), an] - np_(y)
     z = np.where(mn, qn, -np.inf)
     want = lam * (np.exp(z - logsumexp(z, axis=-1, keepdims=True)) - np.eye(q1.shape[1])[an]) / B
-    want[np.arange(B), an] += np.clip(err, -1.0, 1.0) / B  # Huber (δ = 1) derivative
+    # Huber (δ = 1) derivative, or 2·err for a declared plain squared error
+    want[np.arange(B), an] += (2 * err if convention("huber_delta") == "mse" else np.clip(err, -1.0, 1.0)) / B
     assert_close(q1.grad, want, "SAC-CRITIC-2", what="dL/dQ1", approx="gradient")
 
 

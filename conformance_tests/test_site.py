@@ -1,14 +1,24 @@
 """Meta-tests of the documentation site: it builds strictly, every clause has its anchor, the
 errata page is complete, and a real browser typesets every formula offline.
 
-The browser check needs Debian's ``chromium`` and the docs extra (``pip install -e '.[docs]'``);
-without them these tests fail with a message saying what to install, they never skip.
+Also, as a reader meets the site: headings, TOC and search previews are plain text (no raw TeX or
+Markdown); every citation names and links its source document (no seed file hashes); spec pages follow
+the document's section order; Chinese renders from the shipped subset font on a machine with no CJK
+font (Chromium restricted to DejaVu through fontconfig); display math fits a 390 px phone by scrolling;
+results and audit pages carry a provenance stamp; the home page links every generated page.
+
+The browser checks need Debian's ``chromium`` and ``fonts-noto-cjk`` (the font the build subsets) and
+the docs extra (``pip install -e '.[docs]'``); without them these tests fail with a message saying what
+to install, they never skip.
 """
 from __future__ import annotations
 
 import functools
+import html as html_lib
 import http.server
 import importlib.util
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -143,3 +153,340 @@ def test_math_is_typeset_in_a_browser(served, tmp_path):
         assert not undefined, f"spec/{fam}: formulas use undefined TeX macros {sorted(set(undefined))}"
     shot = _chrome(tmp_path, "--window-size=1200,1600", f"--screenshot={SCREENSHOT}", f"{served}/spec/sac/")
     assert SCREENSHOT.is_file(), f"chromium wrote no screenshot:\n{shot.stderr[-2000:]}"
+
+
+# ------------------------------------------------------------------------------ reading the HTML
+REPO = Path(__file__).resolve().parents[1]
+SEED_FILE = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+def _visible_text(page_html: str, *, skip_math: bool = True) -> list[str]:
+    """Text nodes a reader sees as text: outside code, scripts, styles and (optionally) arithmatex
+    elements, whose TeX MathJax replaces. Includes <title> and the navigation/TOC."""
+    from html.parser import HTMLParser
+
+    class P(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.stack: list[tuple[str, bool]] = []
+            self.out: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag in VOID:
+                return
+            classes = (dict(attrs).get("class") or "").split()
+            hidden = tag in ("code", "pre", "script", "style", "svg") or (skip_math and "arithmatex" in classes)
+            self.stack.append((tag, hidden))
+
+        def handle_endtag(self, tag):
+            for i in range(len(self.stack) - 1, -1, -1):
+                if self.stack[i][0] == tag:
+                    del self.stack[i:]
+                    break
+
+        def handle_data(self, data):
+            if data.strip() and not any(h for _, h in self.stack):
+                self.out.append(data)
+
+    p = P()
+    p.feed(page_html)
+    return p.out
+
+
+def _pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if "assets" not in p.relative_to(site).parts)
+
+
+def test_visible_text_has_no_raw_tex_or_markdown(site):
+    """No ``\\(``, ``$$`` or ``**`` survives into text a reader sees (headings, TOC, titles, bodies)."""
+    bad = {}
+    for page in _pages(site):
+        for t in _visible_text(page.read_text(encoding="utf-8")):
+            hits = [m for m in ("\\(", "$$", "**") if m in t]
+            if hits:
+                bad.setdefault(str(page.relative_to(site)), []).append((hits, t.strip()[:80]))
+    assert not bad, f"raw markup in rendered text: {dict(list(bad.items())[:6])}"
+
+
+def test_headings_and_toc_are_plain_text(site):
+    """Headings hold no math markup (TOC entries are made from them), on every family page."""
+    for fam in default_spec().families:
+        page = _html(site, f"spec/{fam}")
+        heads = re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", page, flags=re.S)
+        assert heads
+        mathy = [h for h in heads if "arithmatex" in h or "<strong>" in h]
+        assert not mathy, f"spec/{fam}: headings with math or emphasis markup: {mathy[:3]}"
+
+
+def _documents() -> dict[str, dict]:
+    import yaml
+
+    raw = yaml.safe_load((REPO / "docs" / "assets" / "documents.yaml").read_text(encoding="utf-8"))
+    return {d["seed"]: d for d in raw["documents"]}
+
+
+def test_documents_page_lists_every_seed(site):
+    spec = default_spec()
+    docs = _documents()
+    cited = {c.source["seed"] for c in spec.clauses.values()} | {f.document["seed"] for f in spec.families.values()}
+    assert cited <= set(docs), f"seeds cited by the spec but missing from documents.yaml: {cited - set(docs)}"
+    page = _html(site, "spec/documents")
+    text = " ".join(_visible_text(page))
+    for seed, d in docs.items():
+        assert f'id="doc-{seed[:3]}"' in page, f"no anchor for {seed}"
+        for field in ("version", "role"):
+            assert str(d[field]) in text, f"{seed}: {field} {d[field]!r} is not shown"
+        assert str(d.get("date") or "undated") in text
+        # every heading of the document has its anchor, in the document's own order
+        pos = [page.find(f'id="doc-{seed[:3]}-s{i}"') for i in range(len(d["sections"]))]
+        assert -1 not in pos and pos == sorted(pos), f"{seed}: section anchors missing or out of order"
+    roles = {d["role"] for d in docs.values()}
+    assert {"normative", "superseded"} <= roles
+
+
+def test_citations_name_and_link_their_document(site):
+    """Outside the Documents page no seed file hash is visible, and every clause's Source links to the
+    Documents page's anchor of that very section."""
+    shown = {}
+    for page in _pages(site):
+        rel = str(page.relative_to(site))
+        if rel.startswith("spec/documents/"):
+            continue
+        hits = SEED_FILE.findall(" ".join(_visible_text(page.read_text(encoding="utf-8"), skip_math=False)))
+        if hits:
+            shown[rel] = sorted(set(hits))
+    assert not shown, f"seed file names shown to readers: {shown}"
+    spec, docs = default_spec(), _documents()
+    for fam, f in spec.families.items():
+        page = _html(site, f"spec/{fam}")
+        for c in f.clauses:
+            i = docs[c.source["seed"]]["sections"].index(c.source["section"])
+            start = page.index(f'id="{c.id}"')
+            block = page[start:page.find("<h3", start + 10) if page.find("<h3", start + 10) > 0 else None]
+            want = f'href="../documents/#doc-{c.source["seed"][:3]}-s{i}"'
+            assert want in block, f"{c.id}: its Source does not link {want}"
+    errata = " ".join(_visible_text(_html(site, "spec/errata")))
+    assert not re.search(r"\b\d{3} §", errata), "the errata page still cites a bare document number"
+    for c in spec.clauses.values():
+        if c.errata:
+            assert docs[c.source["seed"]]["short"] in errata, f"errata of {c.id} does not name its document"
+
+
+def test_spec_pages_follow_the_documents_section_order(site):
+    spec, docs = default_spec(), _documents()
+    for fam, f in spec.families.items():
+        page = _html(site, f"spec/{fam}")
+        main = f.document["seed"]
+        order = []
+        for c in f.clauses:  # each clause's position on the page, with its section's index in the document
+            if c.source["seed"] == main:
+                order.append((page.index(f'id="{c.id}"'), docs[main]["sections"].index(c.source["section"])))
+        sections_in_page_order = [s for _, s in sorted(order)]
+        assert sections_in_page_order == sorted(sections_in_page_order), \
+            f"spec/{fam}: clauses are not in the document's section order"
+
+
+def test_conventions_page_lists_each_convention(site):
+    spec = default_spec()
+    convs = getattr(spec, "conventions", {}) or {}
+    page = _html(site, "spec/conventions")
+    for cid, cv in convs.items():
+        assert f'id="{cid}"' in page, f"convention {cid} has no anchor"
+        for c in cv.clauses:
+            fam_page = _html(site, f"spec/{spec.clauses[c].family}")
+            start = fam_page.index(f'id="{c}"')
+            assert f"conventions/#{cid}" in fam_page[start:start + 20000], f"{c} does not link convention {cid}"
+
+
+def test_search_index_is_plain_text_and_segments_chinese(site):
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    raw = [d["location"] for d in index["docs"] if re.search(r"\\\(|\\\[|\$\$", d["title"] + d["text"])]
+    assert not raw, f"search previews with raw TeX: {raw[:5]}"
+    assert "\\u200b" in index["config"]["separator"] or "\u200b" in index["config"]["separator"], \
+        "the search separator does not split at U+200B, so jieba's segments are not separate tokens"
+    han = [d for d in index["docs"] if re.search(r"[\u4e00-\u9fff]{2}", d["text"])]
+    assert han, "no Chinese text in the index"
+    assert any("\u200b" in d["text"] for d in han), "Chinese text was not segmented (is jieba installed?)"
+    # The theme's search splits indexed text at the separator and matches a Chinese query against the
+    # resulting terms: a word of a seed heading must come out as a term of the page citing it.
+    sep = re.compile(index["config"]["separator"])
+    terms_by_page: dict[str, set[str]] = {}
+    for d in index["docs"]:
+        terms_by_page.setdefault(d["location"].split("#")[0], set()).update(sep.split(d["title"] + " " + d["text"]))
+    assert "奖励" in terms_by_page.get("spec/sac/", set()), "the Chinese word 奖励 (reward) is not a search term of spec/sac"
+
+
+def test_cjk_font_covers_every_character_on_the_site(site):
+    """The shipped font has a glyph for every CJK character in the built pages (read with fontTools)."""
+    from fontTools.ttLib import TTFont
+
+    fonts = list((site / "assets" / "fonts").glob("rlconform-cjk.woff*"))
+    assert len(fonts) == 1, f"expected one subset font, found {fonts}"
+    cmap = TTFont(str(fonts[0])).getBestCmap()
+    cjk = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
+    used = set()
+    for page in _pages(site):
+        used.update(cjk.findall(page.read_text(encoding="utf-8")))
+    assert len(used) > 100, f"only {len(used)} CJK characters found: the seed titles are missing?"
+    missing = sorted(ch for ch in used if ord(ch) not in cmap)
+    assert not missing, f"the subset font lacks {''.join(missing[:40])}"
+    assert fonts[0].stat().st_size < 2_000_000, "the font is not a subset"
+    css = (site / "assets" / "fonts" / "cjk.css").read_text(encoding="utf-8")
+    assert fonts[0].name in css and "@font-face" in css
+    assert 'href="../../assets/fonts/cjk.css"' in _html(site, "spec/sac")
+
+
+def test_results_and_audit_pages_carry_provenance(site):
+    pages = [p for p in _pages(site) if str(p.relative_to(site)).startswith(("results/", "audits/", "performance/",
+                                                                             "mutation/"))
+             and "/_" not in str(p.relative_to(site))]  # audits/_research: working notes, not generated
+    assert pages
+    for page in pages:
+        raw = page.read_text(encoding="utf-8")
+        text = " ".join(_visible_text(raw))
+        assert "Provenance" in text, f"{page.relative_to(site)} has no provenance block"
+        if "stamp lies beside this page" not in text:
+            assert re.search(r"from commit <code>[0-9a-f]{7,}", raw), f"{page.relative_to(site)}: stamp without a commit"
+        else:
+            assert "Regenerate it with" in text or "not recorded" in text
+    # raw data linked from a results page ships with the site
+    for page in pages:
+        for href in re.findall(r'href="([^"#]+\.jsonl)"', page.read_text(encoding="utf-8")):
+            assert (page.parent / href).resolve().is_file(), f"{page.relative_to(site)} links missing {href}"
+    assert re.search(r"from commit <code>[0-9a-f]{7,}", _html(site, "conformance/reference")), "reference page: no commit"
+    stamped = [p for p in pages if "stamp lies beside this page" not in p.read_text(encoding="utf-8")]
+    for fam in ("ppo", "isreshape", "ccapo"):  # the results this suite generates are stamped, not just flagged
+        assert any(str(p.relative_to(site)).startswith(f"results/{fam}/results/") for p in stamped), f"results/{fam} unstamped"
+
+
+def test_home_page_links_every_generated_page(site):
+    home = _html(site, "")
+    spec = default_spec()
+    want = ["spec/documents/", "spec/conventions/", "spec/traceability/", "spec/errata/", "figures/",
+            "conformance/reference/"] + [f"spec/{f}/" for f in spec.families]
+    docs = REPO / "docs"
+
+    def url(md: Path) -> str:  # MkDocs' directory URL of a source page
+        rel = md.relative_to(docs).with_suffix("")
+        return (str(rel.parent) if rel.name == "index" else str(rel)) + "/"
+
+    pages = [*docs.glob("results/**/results.md"), *docs.glob("audits/matrix.md"), *docs.glob("audits/findings/*.md"),
+             *docs.glob("performance/**/*.md"), *docs.glob("mutation/**/*.md")]
+    # pages of the source tree that this build rendered (others may be adding pages while it runs)
+    want += [url(p) for p in pages if not p.name.startswith("_") and (site / url(p) / "index.html").is_file()]
+    missing = [w for w in want if f'href="{w}"' not in home]
+    assert not missing, f"the home page does not link {missing}"
+
+
+# ------------------------------------------------------------------------------ browser probes
+# Chromium sees only DejaVu: the page's Chinese must come from the shipped font, and a missing glyph
+# shows as a box, exactly as on a reader's machine without CJK fonts.
+FONTS_CONF = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "fonts.dtd">
+<fontconfig><dir>/usr/share/fonts/truetype/dejavu</dir><cachedir>{cache}</cachedir></fontconfig>
+"""
+
+PROBE = """<!doctype html><meta charset="utf-8"><body style="margin:0">
+<iframe id="f" src="{target}" style="width:{width}px;height:900px;border:0"></iframe>
+<pre id="out">pending</pre>
+<script>
+const f = document.getElementById("f");
+f.addEventListener("load", async () => {{
+  const w = f.contentWindow, d = f.contentDocument;
+  try {{
+    if (w.MathJax && w.MathJax.startup) await w.MathJax.startup.promise;
+    await d.fonts.ready;
+    const result = await ({check})(w, d);
+    document.getElementById("out").textContent = JSON.stringify(result);
+  }} catch (e) {{ document.getElementById("out").textContent = JSON.stringify({{error: String(e)}}); }}
+}});
+</script>"""
+
+# For each CJK character of the page's headings, TOC and nav: its bitmap with the page's own font stack
+# and with the system fonts alone. Under the DejaVu-only fontconfig the system renders every CJK
+# character as the same box; a character drawn from the shipped font is inked and unlike that box.
+TOFU_CHECK = """async (w, d) => {
+  const chars = [...new Set([...[...d.querySelectorAll("h1, h2, h3, .md-nav__link, title, td")]
+      .map(e => e.textContent).join("")].filter(c => /[\\u3000-\\u30ff\\u3400-\\u9fff\\uff00-\\uffef]/.test(c)))];
+  const family = w.getComputedStyle(d.querySelector("h1")).fontFamily;
+  await d.fonts.load('32px "rlconform CJK"', chars.join(""));
+  const cv = d.createElement("canvas"); cv.width = 40; cv.height = 40;
+  const ctx = cv.getContext("2d", {willReadFrequently: true});
+  const draw = (ch, fam) => { ctx.clearRect(0, 0, 40, 40); ctx.font = "32px " + fam; ctx.fillStyle = "#000";
+    ctx.fillText(ch, 2, 32); const px = ctx.getImageData(0, 0, 40, 40).data; let s = "", ink = 0;
+    for (let i = 3; i < px.length; i += 4) { s += px[i] > 127 ? "1" : "0"; ink += px[i] > 127; } return [s, ink]; };
+  const tofu = draw("\\u9fa5", "sans-serif")[0];
+  const system = chars.map(c => draw(c, "sans-serif")[0]);
+  const shipped = chars.map(c => draw(c, family));
+  return {family, n: chars.length,
+    systemBoxes: system.filter(b => b === tofu).length,
+    boxes: chars.filter((c, i) => shipped[i][0] === tofu),
+    blank: chars.filter((c, i) => shipped[i][1] === 0),
+    distinct: new Set(shipped.map(b => b[0])).size,
+    loaded: d.fonts.check('32px "rlconform CJK"', chars.join(""))};
+}"""
+
+# At phone width every display formula stays inside the viewport; one wider than its box scrolls.
+PHONE_CHECK = """async (w, d) => {
+  const vw = d.documentElement.clientWidth, out = [];
+  let wide = 0;
+  for (const m of d.querySelectorAll('mjx-container[display="true"]')) {
+    const r = m.getBoundingClientRect(), box = m.parentElement;
+    const scrolls = [m, box].some(e => ["auto", "scroll"].includes(w.getComputedStyle(e).overflowX));
+    if (m.scrollWidth > m.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1) {
+      wide += 1; if (!scrolls) out.push("cut: " + box.textContent.slice(0, 40)); }
+    if (r.right > vw + 1 || r.left < -1) out.push("outside the viewport: " + box.textContent.slice(0, 40));
+  }
+  return {vw, pageWidth: d.documentElement.scrollWidth, formulas: d.querySelectorAll('mjx-container[display="true"]').length,
+          wide, problems: out};
+}"""
+
+
+def _probe(site: Path, served: str, tmp_path: Path, target: str, check: str, *, width: int = 1200,
+           env: dict | None = None, shot: Path | None = None) -> dict:
+    """Load ``target`` in an iframe of ``width`` px, run ``check`` in it, return its JSON result."""
+    name = f"_probe_{abs(hash((target, check, width)))}.html"
+    (site / name).write_text(PROBE.format(target=target, width=width, check=check), encoding="utf-8")
+    exe = _chromium()
+    args = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width + 40},1000"]
+    proc = subprocess.run([*args, "--dump-dom", f"{served}/{name}"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **(env or {})))
+    if shot is not None:
+        subprocess.run([*args, f"--screenshot={shot}", f"{served}/{name}"], capture_output=True, timeout=120,
+                       env=dict(os.environ, **(env or {})))
+    m = re.search(r'<pre id="out">(.*?)</pre>', proc.stdout, flags=re.S)
+    assert m, f"the probe page did not render:\n{proc.stderr[-2000:]}"
+    result = json.loads(html_lib.unescape(m.group(1))) if m.group(1) != "pending" else {"error": "pending"}
+    assert "error" not in result, f"probe of {target} failed: {result}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def no_cjk_env(tmp_path_factory) -> dict:
+    if not Path("/usr/share/fonts/truetype/dejavu").is_dir():
+        pytest.fail("fonts-dejavu-core is not installed (the no-CJK browser check renders with DejaVu only)")
+    d = tmp_path_factory.mktemp("fontconfig")
+    (d / "fonts.conf").write_text(FONTS_CONF.format(cache=d / "cache"), encoding="utf-8")
+    return {"FONTCONFIG_FILE": str(d / "fonts.conf")}
+
+
+def test_chinese_renders_from_the_shipped_font_without_cjk_fonts(site, served, tmp_path, no_cjk_env):
+    for target in ("spec/documents/", "spec/ccapo/", "./"):
+        r = _probe(site, served, tmp_path, target, TOFU_CHECK, env=no_cjk_env,
+                   shot=Path("/tmp/rlconform-site-cjk.png") if target.startswith("spec/documents") else None)
+        assert r["n"] > 10, f"{target}: only {r['n']} CJK characters in the headings: {r}"
+        # the control: without the shipped font this machine draws every one of them as the same box
+        assert r["systemBoxes"] == r["n"], f"{target}: the browser found a CJK font besides ours ({r})"
+        assert "rlconform CJK" in r["family"] and r["loaded"], f"{target}: the page does not use the font: {r}"
+        assert not r["boxes"] and not r["blank"], f"{target}: missing glyphs {r['boxes'][:20]} {r['blank'][:20]}"
+        assert r["distinct"] == r["n"], f"{target}: two different characters render the same: {r}"
+
+
+def test_display_math_fits_a_phone(site, served, tmp_path):
+    for fam, f in default_spec().families.items():
+        r = _probe(site, served, tmp_path, f"spec/{fam}/", PHONE_CHECK, width=390,
+                   shot=Path(f"/tmp/rlconform-site-{fam}-390.png") if fam == "isreshape" else None)
+        assert r["vw"] <= 390 and r["formulas"] >= sum(1 for c in f.clauses if c.formula), r
+        assert not r["problems"], f"spec/{fam} at 390 px: {r['problems'][:5]}"
+        assert r["pageWidth"] <= r["vw"] + 1, f"spec/{fam}: the page scrolls sideways at 390 px ({r})"

@@ -20,6 +20,7 @@ def make() -> types.SimpleNamespace:
     for fam in contract.FAMILIES:
         if importlib.util.find_spec(f"reference_impl.{fam}") and contract.available(fam):
             fams[fam] = family_namespace(importlib.import_module(f"reference_impl.{fam}"), fam)
-    # errors_name_clauses: every bad-input error names the clause it enforces (the INPUT clauses check it)
+    # errors_name_clauses: every bad-input error names the clause it enforces (the INPUT clauses check it);
+    # terminated_truncated: ops that take `done` also take `truncated=` (bootstrap through truncation only)
     return types.SimpleNamespace(name="rlconform-reference", version=__version__,
-                                 capabilities={"errors_name_clauses": True}, **fams)
+                                 capabilities={"errors_name_clauses": True, "terminated_truncated": True}, **fams)

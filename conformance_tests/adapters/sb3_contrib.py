@@ -1,37 +1,187 @@
-"""sb3-contrib's ``MaskableCategorical`` behind the ppo contract (``rlconform audit --impl
-conformance_tests.adapters.sb3_contrib:make --family ppo``).
+"""sb3-contrib's MaskablePPO behind the ppo contract (``rlconform audit --impl
+conformance_tests.adapters.sb3_contrib:make --family ppo``). Line numbers: sb3-contrib / SB3 2.9.2.
 
-Only the masked categorical distribution is exposed: ``masked_distribution``, ``sample_actions``
-and ``evaluate_actions``, each a direct use of ``sb3_contrib.common.maskable.distributions.
-MaskableCategorical`` (``masks=`` at construction, ``.sample()``, ``.log_prob()``, ``.entropy()``).
-Sampling runs under ``torch.no_grad()``, as ``MaskablePPO.collect_rollouts`` does. Every other
-operation of the contract (losses, remapping, MAPPO batches, the update loop, defaults) has no
-counterpart in that class and is left out: its clauses are not applicable.
+Masked distribution ops: ``MaskableCategorical`` (public; fill -1e8, ``common/maskable/distributions.py:59``).
+``gae``: ``MaskableRolloutBuffer.add`` + ``compute_returns_and_advantage`` (public, SB3 ``buffers.py:403``).
+``ppo_update``, ``normalize_advantages``: ``MaskablePPO.train()`` itself (``ppo_mask.py:309``) on a
+``MaskableRolloutBuffer`` filled with the suite's rows, with the suite's actor/critic behind a policy
+object (train() reads ``policy.evaluate_actions/optimizer/parameters``). sb3 exposes no per-minibatch
+value (its logger only holds means over the whole update), so the adapter reads train()'s own locals
+(``policy_loss``, ``ratio``, ``approx_kl_div``, ...) from its frame when train() calls
+``optimizer.zero_grad()``: the numbers are sb3's, computed by its code. ``kl_early_stop`` is left out: the
+rule lives inside train() on sb3's own k3 of the replayed log-probs, not on a given value.
 """
 from __future__ import annotations
 
+import sys
 import types
+
+from conformance_tests.adapters import distribution_ops
 
 
 def make() -> types.SimpleNamespace:
+    import gymnasium as gym
+    import numpy as np
     import sb3_contrib
     import torch
+    from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
     from sb3_contrib.common.maskable.distributions import MaskableCategorical
 
-    def masked_distribution(logits, mask):
-        return MaskableCategorical(logits=logits, masks=mask)
+    class Spaces(gym.Env):  # MaskablePPO builds its buffer from an env's spaces; nothing is ever stepped
+        def __init__(self, n, a):
+            self.observation_space, self.action_space = gym.spaces.Discrete(n), gym.spaces.Discrete(a)
 
-    def sample_actions(logits, mask, *, generator=None):
-        # MaskableCategorical.sample() takes no generator: draws come from torch's global RNG
-        with torch.no_grad():
-            dist = MaskableCategorical(logits=logits, masks=mask)
-            action = dist.sample()
-            return action, dist.log_prob(action)
+    class Policy(torch.nn.Module):  # the four things train() uses of model.policy
+        def __init__(self, actor, critic, optimizer, obs, hook):
+            super().__init__()
+            self.actor, self.critic, self.obs = actor, critic, obs
+            # no param_groups: train()'s learning-rate schedule (base_class.py:287) leaves the suite's lr alone
+            self.optimizer = types.SimpleNamespace(zero_grad=hook, step=optimizer.step, param_groups=[])
 
-    def evaluate_actions(logits, mask, action):
-        dist = MaskableCategorical(logits=logits, masks=mask)
-        return dist.log_prob(action), dist.entropy()
+        def set_training_mode(self, mode):
+            self.train(mode)
 
-    ppo = types.SimpleNamespace(masked_distribution=masked_distribution, sample_actions=sample_actions,
-                                evaluate_actions=evaluate_actions)
-    return types.SimpleNamespace(name="sb3-contrib MaskableCategorical", version=sb3_contrib.__version__, ppo=ppo)
+        def evaluate_actions(self, obs, actions, action_masks):  # obs = row indices (Discrete obs space)
+            rows = self.obs[obs.long().flatten()]
+            dist = MaskableCategorical(logits=self.actor(rows), masks=action_masks)
+            return self.critic(rows), dist.log_prob(actions), dist.entropy()
+
+    class Stop(Exception):
+        pass
+
+    def run_train(actor, critic, optimizer, batch, hook, *, epochs, minibatch_size, normalize, clip_eps=0.2,
+                  vf_coef=0.5, ent_coef=0.0, max_grad_norm=0.5, target_kl=None):
+        n, a = batch["mask"].shape
+        model = MaskablePPO("MlpPolicy", Spaces(n, a), n_steps=n,
+                            batch_size=minibatch_size, n_epochs=epochs, clip_range=clip_eps, vf_coef=vf_coef,
+                            ent_coef=ent_coef, max_grad_norm=max_grad_norm, target_kl=target_kl,
+                            normalize_advantage=normalize, device="cpu")
+        model.set_logger(types.SimpleNamespace(record=lambda key, *a, **k: hook(key)))  # public setter
+        buf = model.rollout_buffer  # public attribute; rows added with its public add()
+        for i in range(n):
+            buf.add(np.array([i]), batch["action"][i:i + 1].numpy(), np.zeros(1), np.zeros(1),
+                    torch.zeros(1), batch["old_log_prob"][i:i + 1].detach(),
+                    action_masks=batch["mask"][i:i + 1].numpy())
+        # the given advantages/returns go where compute_returns_and_advantage writes them (buffers.py:435, :438)
+        buf.advantages[:, 0], buf.returns[:, 0] = batch["advantage"].detach().numpy(), batch["return"].detach().numpy()
+        # an sb3 policy cannot wrap given modules: replace the attribute train() reads (ppo_mask.py:339, :404-408)
+        model.policy = Policy(actor, critic, optimizer or torch.optim.SGD([torch.zeros(1)]), batch["obs"], hook)
+        model.train()
+
+    def train_locals():
+        # private: MaskablePPO.train() publishes no per-minibatch values, so read its locals (sb3's own
+        # numbers) from its frame, which is on the stack whenever it calls our optimizer/logger stand-in
+        f = sys._getframe(1)
+        while f.f_code is not MaskablePPO.train.__code__:
+            f = f.f_back
+        return f.f_locals
+
+    def ppo_update(actor, critic, optimizer, batch, *, epochs, minibatch_size, clip_eps, vf_coef, ent_coef,
+                   max_grad_norm, target_kl, generator=None):  # shuffling: np.random (buffers.py:90)
+        recs, seen = [], {"epoch": -1, "k": 0}
+
+        def record(early_stop):
+            f = train_locals()
+            seen["k"] = seen["k"] + 1 if f["epoch"] == seen["epoch"] else 0
+            seen["epoch"] = f["epoch"]
+            kl = float(f["approx_kl_div"])  # k3 (ppo_mask.py:394), sb3's only KL estimate
+            recs.append({"loss": f["loss"].item(), "policy_loss": f["policy_loss"].item(),
+                         "value_loss": f["value_loss"].item(), "entropy": -f["entropy_loss"].item(),
+                         "approx_kl": kl, "k3_kl": kl, "clip_fraction": f["clip_fraction"],
+                         "ratio_mean": f["ratio"].mean().item(),
+                         "ratio_std": f["ratio"].std().item() if f["ratio"].numel() > 1 else 0.0,
+                         "log_prob_min": f["log_prob"].min().item(), "epoch": f["epoch"],
+                         "minibatch": seen["k"], "early_stop": early_stop})
+
+        def hook(key=None):  # zero_grad (every stepped minibatch) or the first log after the loop
+            if key is None:
+                record(False)
+                optimizer.zero_grad()
+            elif key == "train/entropy_loss" and train_locals()["continue_training"] is False:
+                record(True)  # the minibatch that tripped 1.5·target_kl (ppo_mask.py:397) took no step
+
+        run_train(actor, critic, optimizer, batch, hook, epochs=epochs, minibatch_size=minibatch_size,
+                  normalize=False, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef,
+                  max_grad_norm=max_grad_norm, target_kl=target_kl)
+        return recs
+
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        from conformance_tests import NotApplicable
+        if eps != 1e-8 or clamp is not None:  # hard-coded `std() + 1e-8`, no clamp (ppo_mask.py:349)
+            raise NotApplicable("MaskablePPO normalises with eps 1e-8 and no clamp")
+        n, got = advantage.shape[0], {}
+
+        def hook(key=None):  # stop train() at its first zero_grad: nothing is stepped
+            if key is None:
+                f = train_locals()
+                rows = f["rollout_data"].observations.long().flatten()  # the buffer's shuffled row order
+                got["adv"] = torch.empty_like(f["advantages"]).index_copy_(0, rows, f["advantages"])
+                raise Stop
+
+        batch = {"obs": torch.zeros(n, 1), "action": torch.zeros(n, dtype=torch.long), "old_log_prob": torch.zeros(n),
+                 "mask": torch.ones(n, 1, dtype=torch.bool), "advantage": advantage, "return": torch.zeros(n)}
+        try:
+            run_train(lambda x: torch.zeros(len(x), 1), lambda x: torch.zeros(len(x)), None, batch, hook,
+                      epochs=1, minibatch_size=n, normalize=True)
+        except Stop:
+            pass
+        return got["adv"]
+
+    def losses(actor, critic, batch, *, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01):
+        got = {}
+
+        def hook(key=None):  # train() builds every loss term before its zero_grad: keep them, stop it there
+            if key is None:
+                got.update(train_locals())
+                raise Stop
+
+        n = batch["action"].shape[0]
+        try:
+            run_train(actor, critic, None, batch, hook, epochs=1, minibatch_size=n, normalize=False,
+                      clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
+        except Stop:
+            pass
+        dt = got["policy_loss"].dtype
+        return {"loss_objective": got["policy_loss"], "loss_critic": vf_coef * got["value_loss"],
+                "loss_entropy": ent_coef * got["entropy_loss"], "entropy": -got["entropy_loss"].detach(),
+                "clip_fraction": torch.tensor(got["clip_fraction"], dtype=dt),
+                "kl_approx": torch.tensor(float(got["approx_kl_div"]), dtype=dt)}  # the terms of ppo_mask.py:386
+
+    def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
+        from conformance_tests import NotApplicable
+        r, v, nv, d = (x.reshape(-1, x.shape[-1]).T.detach() for x in (reward, value, next_value, done))
+        d = d.bool()  # [T, envs], the buffer's layout
+        # the buffer takes V(s_{t+1}) from the next row (buffers.py:432): only consistent rollouts are representable
+        if not torch.equal(nv[:-1][~d[:-1]], v[1:][~d[:-1]]):
+            raise NotApplicable("SB3's buffer takes V(s_{t+1}) from the next row: next_value must equal value[t+1]")
+        T, envs = r.shape
+        buf = MaskableRolloutBuffer(T, gym.spaces.Discrete(1), gym.spaces.Discrete(1), gamma=gamma,
+                                    gae_lambda=lam, n_envs=envs)
+        for t in range(T):  # episode_start[t + 1] = done[t] is how the buffer learns of an episode end
+            buf.add(np.zeros((envs, 1)), np.zeros((envs, 1)), r[t].numpy(),
+                    d[t - 1].numpy() if t else np.zeros(envs), v[t], torch.zeros(envs))
+        buf.compute_returns_and_advantage(nv[-1], d[-1].numpy())
+        back = lambda a: torch.as_tensor(a).T.reshape(reward.shape)  # noqa: E731
+        return back(buf.advantages), back(buf.returns)
+
+    dist_ops = distribution_ops(lambda logits, mask: MaskableCategorical(logits=logits, masks=mask))
+
+    capabilities = {
+        "dtypes": ["float32"],  # rollout buffers are float32 numpy arrays (SB3 buffers.py:391-399)
+        # losses: train()'s own tensors; ppo_update's numbers are logged floats; GAE runs in numpy (buffers.py:403)
+        "differentiable": ["ppo.masked_distribution", "ppo.evaluate_actions", "ppo.losses"],
+        "terminated_truncated": False,  # one done flag; truncation is folded into the reward (ppo_mask.py:251)
+        "conventions": {
+            "mask_fill": "finite",  # -1e8 (distributions.py:59)
+            "approx_kl": "k3",  # mean((r - 1) - log r), ppo_mask.py:394
+            "value_loss_factor": 1.0,  # F.mse_loss, the 1/2 is vf_coef=0.5 (ppo_mask.py:374)
+            "grad_clip_scope": "global",  # one clip_grad_norm_ over policy.parameters() (ppo_mask.py:407)
+            "kl_stop_factor": 1.5,  # approx_kl_div > 1.5 * target_kl (ppo_mask.py:397)
+            "neg_inf_logits": "accept",  # torch Categorical semantics: a -inf logit is probability 0
+        },
+    }
+    ppo = types.SimpleNamespace(**dist_ops, ppo_update=ppo_update, losses=losses,
+                                normalize_advantages=normalize_advantages, gae=gae)
+    return types.SimpleNamespace(name="sb3-contrib MaskablePPO", version=sb3_contrib.__version__,
+                                 capabilities=capabilities, ppo=ppo)

@@ -13,6 +13,23 @@ ones it does not claim: that example is discarded, and a test left with none is 
 The implementation may declare ``capabilities``, a dict. ``errors_name_clauses: True`` says its
 bad-input errors name the clause they enforce (the reference does); without it, an INPUT clause
 passes on any exception that rejects the bad input and fails only when the input passes silently.
+The other capabilities (defaults: what the reference does):
+
+* ``masks: bool = True``. False: masked operations only ever receive all-legal masks, and the tests
+  whose point is an illegal action or a mask boundary are not applicable.
+* ``dtypes: list[str]`` (of "float16", "bfloat16", "float32", "float64"; default all four). The
+  strategies draw only declared dtypes, fixed-input tests use the widest declared one, tolerances follow
+  the declared input dtype, and a test about an undeclared dtype is not applicable.
+* ``differentiable: bool | list[str] = True``. False, or a list of op names ("ppo.value_loss") that
+  leaves an op out: gradient checks on that op's outputs are not applicable; values are still checked.
+* ``terminated_truncated: bool = False``. True: the operations whose contract names a ``truncated=``
+  argument (``ppo.gae``, ``sac.losses``' batch) accept it, and the suite also draws truncations; their
+  ``done`` then means *terminated*. Without it those ops see one ``done`` flag only.
+* ``conventions: dict[str, value]``: declared departures from the seeds' conventions, by the ids and
+  allowed values of ``spec/conventions.yaml`` (``{"value_loss_factor": 1.0, "mask_fill": "neg_inf"}``).
+  The tests compute their oracle under the declared value and keep checking the clause's normative part;
+  a clause that passes only thanks to a declared departure is reported as a *deviation* with the
+  documented consequence, never as a failure. An undeclared departure still fails.
 """
 from __future__ import annotations
 

@@ -61,5 +61,15 @@ class IsReshapeOps(Protocol):
         """[T] each -> {gamma: γ_sft, weight_mean: Σ w_{γ_sft}(r)·m / Σm, ratio_mean: Σ r·m / Σm}, r the
         clamped ratio; an empty mask raises (ISR-METRIC-4, ISR-INPUT-1)."""
 
+    # ------------------------------------------------------------------ loss aggregation (issue 10)
+    def aggregate_loss(self, loss_mat: Tensor, mask: Tensor, *, mode: str = "token-mean") -> Tensor:
+        """[B,T] per-token losses, [B,T] mask (bool or 0/1 float) -> scalar (ISR-AGG-1):
+          token-mean           Σ l·m / Σ m (the seed's normalisation; a guard ε ≤ 1e-8 may be added)
+          seq-mean-token-mean  mean over rows with Σ_t m > 0 of Σ_t l·m / Σ_t m
+          seq-mean-token-sum   mean over rows with Σ_t m > 0 of Σ_t l·m
+          token-sum            Σ l·m
+        Masked-out entries never contribute, whatever they hold (finite); rows with no token are
+        left out of the seq means. An all-zero mask raises (ISR-INPUT-1); an unknown mode raises."""
+
 
 CONTRACT = IsReshapeOps

@@ -136,5 +136,38 @@ class PpoOps(Protocol):
         """[U] per-update entropies (U >= 2) -> {slope, intercept (floats) of the least-squares line
         H_u ≈ intercept + slope·u, decreasing: slope < 0, slow: −slope·(U−1) < intercept} (PPO-SLO-6)."""
 
+    # ------------------------------------------------------------------ advantages and the loss level (issue 10)
+    def gae(self, reward: Tensor, value: Tensor, next_value: Tensor, done: Tensor, *, gamma: float, lam: float,
+            truncated: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """[T] or [B,T] each (time is the LAST axis; ``done``/``truncated`` bool or 0/1 float) ->
+        (advantage, returns), same shape and float dtype (PPO-GAE-1, PPO-GAE-2).
+        ``next_value[t]`` is V of the state reached by step t (the last step's is the bootstrap of a
+        rollout that stops mid-episode). ``done[t]``: step t terminated its episode, so neither the
+        bootstrap nor the recursion crosses it. ``truncated[t]`` (only with the
+        ``terminated_truncated`` capability): the episode was cut at t, so the recursion stops but
+        the bootstrap V(s_{t+1}) is kept. δ_t = r_t + γ(1−done_t)·next_value_t − value_t,
+        A_t = δ_t + γλ(1−done_t)(1−truncated_t)·A_{t+1}, returns = A + value. γ, λ in [0, 1]."""
+
+    def losses(self, actor: "torch.nn.Module", critic: "torch.nn.Module", batch: dict[str, Tensor], *,
+               clip_eps: float = 0.2, vf_coef: float = 0.5, ent_coef: float = 0.01) -> dict:
+        """The PPO-Clip losses of one minibatch, computed, never stepped (PPO-LOSSES-1), with
+        TorchRL's key names. Modules are the suite's own (``conformance_tests.modules``):
+        ``actor(obs) -> [B,A]`` logits, ``critic(obs) -> [B]`` values (``TableModule`` s). ``batch``:
+        obs (the suite passes [B] int64 row indices), action [B] int64, old_log_prob [B] (cached at
+        sampling), mask [B,A] bool (the sampling mask), advantage [B] (used as given: no
+        normalisation inside), return [B]. The stored action is replayed under the stored mask.
+
+        Returns a dict of tensors:
+          loss_objective  scalar −mean(min(r·A, clip(r, 1−ε, 1+ε)·A)), r = exp(new − old) (PPO-LOSS-1)
+          loss_critic     scalar vf_coef·½·mean((return − V)²) (PPO-LOSS-2; the ½ is the
+                          ``value_loss_factor`` convention)
+          loss_entropy    scalar −ent_coef·mean H over the legal set (PPO-ENT-1)
+          entropy         scalar mean H, detached
+          clip_fraction   scalar mean(|r − 1| > ε), detached (PPO-CLIPFRAC-1; ``clip_fraction`` convention)
+          kl_approx       scalar mean(old − new), detached (PPO-KL-1; ``approx_kl`` convention)
+        so that loss_objective + loss_critic + loss_entropy is the total of PPO-LOSS-3. Gradients:
+        loss_objective and loss_entropy into the actor only, loss_critic into the critic only;
+        none into the batch tensors (PPO-GRAD-2). Extra keys are ignored."""
+
 
 CONTRACT = PpoOps

@@ -155,5 +155,54 @@ class SacOps(Protocol):
         """[K,d] queued negatives, [n,d] new keys -> [min(K+n, capacity), d]: first in, first out (the
         oldest rows leave first, newest last), detached (SAC-NCE-4)."""
 
+    # ------------------------------------------------------------------ logits entry points (issue 10)
+    # The same quantities from raw logits and a bool legal mask, for libraries that never expose
+    # ε-clipped probabilities. How illegal logits are filled is the ``mask_fill`` convention (seed:
+    # the ε-clip of SAC-MASK-1/2; declared alternatives "finite", "neg_inf"); the legal-set sums and
+    # the absence of NaN/inf are normative whatever the fill.
+    def entropy_from_logits(self, logits: Tensor, legal_mask: Tensor) -> Tensor:
+        """[B,A] float logits, [B,A] bool -> [B]: −Σ_{legal} π log π of the masked policy (SAC-ENT-3)."""
+
+    def soft_value_from_logits(self, logits: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *,
+                               alpha: float) -> Tensor:
+        """[B,A] each -> [B]: Σ_{legal} π (min(q1,q2) − α log π), π the masked policy (SAC-V-2)."""
+
+    def policy_loss_from_logits(self, logits: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *,
+                                alpha: float) -> Tensor:
+        """[B,A] each -> scalar: mean over rows of Σ_{legal} π (α log π − min(q1,q2)); gradient only
+        into ``logits`` (SAC-POL-4)."""
+
+    # ------------------------------------------------------------------ loss level (issue 10)
+    def losses(self, policy: "torch.nn.Module", critic: "torch.nn.Module", target_critic: "torch.nn.Module",
+               batch: dict, *, log_alpha: Tensor, gamma: float, kappa: float = 0.9, delta: float = 1.0,
+               top_p: float = 1.0) -> dict:
+        """The three SAC losses of one batch, computed, never stepped (SAC-LOSSES-1). Modules are
+        the suite's own (``conformance_tests.modules``): ``policy(obs) -> [B,A]`` logits
+        (a ``TableModule``), ``critic(obs)`` and ``target_critic(obs) -> (Q1, Q2)`` [B,A] each (a
+        ``TwinTable``; its ``.q1``/``.q2`` are ``TableModule``s for libraries with one module per
+        critic). ``target_critic`` is a separate module holding the target values. ``log_alpha``: a
+        0-d float tensor (may require grad). ``batch``: obs, next_obs (what the modules take; the
+        suite passes [B] int64 row indices), action [B] int64, reward [B] float, done [B] bool (a
+        termination: no bootstrap), legal_mask and next_legal_mask [B,A] bool; with the
+        ``terminated_truncated`` capability also truncated [B] bool (the episode was cut: the target
+        still bootstraps). Hyper-parameters: γ of the TD target; κ of the target entropy (seed:
+        κ·log|A(s)| per state, the ``target_entropy`` convention); Huber δ of the critic loss (the
+        ``huber_delta`` convention); ``top_p`` of the backup (1.0 = the full expectation over the
+        legal set, what libraries compute; < 1 is the seed's Top-p backup, SAC-TOPP-3). Illegal
+        logits are filled per the ``mask_fill`` convention.
+
+        Returns a dict of tensors (TorchRL's key names):
+          loss_actor   scalar, mean_B Σ_{legal} π (α log π − min(Q1,Q2)) with the online Q detached;
+                       gradient only into the policy (SAC-POL-1)
+          loss_qvalue  scalar, mean_B Σ_i Huber_δ(Q_i(o,a) − y), y = r + γ(1−done)·V_soft(o') from the
+                       target critic and the policy at o', no gradient into y (SAC-TD-1, SAC-V-1,
+                       SAC-CRITIC-1); gradient only into the critic
+          loss_alpha   scalar, log α · mean_B(H(o) − H_tgt(o)), H detached (SAC-TEMP-2)
+          entropy      scalar, mean_B H(π(·|o)) over the legal set, detached (SAC-ENT-2)
+        and optionally
+          alpha        scalar, the α used (exp(log α)), detached
+          target_value [B], y, detached
+        Extra keys are ignored. α in the actor and the target is exp(log α), detached."""
+
 
 CONTRACT = SacOps

@@ -124,3 +124,25 @@ def half_precision_constant_loss(ref):
         return base(log_prob, *args, **kw)
 
     return override(ref, "isreshape", policy_loss=policy_loss)
+
+
+# ----------------------------------------------------------------------------- loss aggregation (issue 10)
+@mutant("ISR-AGG-1", doc="The aggregation mode argument is ignored: always seq-mean-token-mean.",
+        source="verl 0.9.1 compute_policy_loss_sapo, core_algos.py:1689 (docs/audits/_research/verl.md, finding 1)")
+def aggregate_ignores_mode(ref):
+    def aggregate_loss(loss_mat, mask, *, mode="token-mean"):
+        return ref.isreshape.aggregate_loss(loss_mat, mask, mode="seq-mean-token-mean")
+
+    return override(ref, "isreshape", aggregate_loss=aggregate_loss)
+
+
+@mutant("ISR-AGG-1", doc="Sequence means divide by every row, padding-only rows included.")
+def aggregate_seq_mean_counts_empty_rows(ref):
+    def aggregate_loss(loss_mat, mask, *, mode="token-mean"):
+        out = ref.isreshape.aggregate_loss(loss_mat, mask, mode=mode)
+        if mode.startswith("seq-mean"):
+            live = (mask != 0).any(-1).sum()
+            out = out * live / mask.shape[0]
+        return out
+
+    return override(ref, "isreshape", aggregate_loss=aggregate_loss)

@@ -287,3 +287,50 @@ def update_reuses_one_shuffle(ref):
         return records
 
     return override(ref, "ppo", ppo_update=ppo_update)
+
+
+# ----------------------------------------------------------------------------- GAE and the loss level (issue 10)
+def _gae_with(ref, **changed):
+    """The reference GAE with some of its flags replaced (a function of the original arguments)."""
+    def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
+        args = {"done": done, "truncated": truncated}
+        args.update({k: f(done, truncated) for k, f in changed.items()})
+        return ref.ppo.gae(reward, value, next_value, args["done"], gamma=gamma, lam=lam, truncated=args["truncated"])
+
+    return gae
+
+
+@mutant("PPO-GAE-1", doc="GAE ignores done: the bootstrap and the recursion both cross episode ends.",
+        source="the trainers' GAE called without dones (a rollout buffer that drops them)")
+def gae_ignores_done(ref):
+    return override(ref, "ppo", gae=_gae_with(ref, done=lambda d, u: torch.zeros_like(d)))
+
+
+@mutant("PPO-GAE-2", doc="Truncation handled as termination: no bootstrap from the state a time limit cut.",
+        source="one done = terminated or truncated (the pre-gymnasium convention)")
+def gae_truncation_as_termination(ref):
+    def as_terminal(done, truncated):
+        return done if truncated is None else done.bool() | truncated.bool()
+
+    impl = override(ref, "ppo", gae=_gae_with(ref, done=as_terminal))
+    impl.capabilities["terminated_truncated"] = True  # the clause is reached only with truncation declared
+    return impl
+
+
+@mutant("PPO-LOSSES-1", doc="loss_critic without vf_coef (the coefficient applied later by the caller).")
+def losses_critic_without_coefficient(ref):
+    def losses(actor, critic, batch, *, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01):
+        return ref.ppo.losses(actor, critic, batch, clip_eps=clip_eps, vf_coef=1.0, ent_coef=ent_coef)
+
+    return override(ref, "ppo", losses=losses)
+
+
+@mutant("PPO-LOSSES-1", doc="loss_objective is the unclipped surrogate −mean(r·A).")
+def losses_unclipped_objective(ref):
+    def losses(actor, critic, batch, *, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01):
+        out = dict(ref.ppo.losses(actor, critic, batch, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef))
+        new, _ = masking.evaluate_actions(actor(batch["obs"]), batch["mask"], batch["action"])
+        out["loss_objective"] = -(torch.exp(new - batch["old_log_prob"].detach()) * batch["advantage"].detach()).mean()
+        return out
+
+    return override(ref, "ppo", losses=losses)

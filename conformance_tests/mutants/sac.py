@@ -316,3 +316,72 @@ def critic_loss_in_float32(ref):
         return base(q1_taken.float(), q2_taken.float(), target.float(), delta=delta)
 
     return override(ref, "sac", critic_loss=critic_loss)
+
+
+# ----------------------------------------------------------------------------- library-level ops (issue 10)
+def _neg_inf_policy(logits, legal_mask):
+    """π and log π of a -inf fill, with sums taken over every action (0·(−inf) = NaN at illegal ones)."""
+    log_pi = torch.log_softmax(logits.masked_fill(~legal_mask, float("-inf")), dim=-1)
+    return log_pi.exp(), log_pi
+
+
+@mutant("SAC-ENT-3", "SAC-V-2", "SAC-POL-4", doc="Logits entry points with a -inf fill and sums over every action: "
+        "NaN as soon as a row has an illegal action.", source="TorchRL 0.14 DiscreteSACLoss with MaskedCategorical")
+def logits_ops_neg_inf_unmasked(ref):
+    def entropy_from_logits(logits, legal_mask):
+        p, log_p = _neg_inf_policy(logits, legal_mask)
+        return -(p * log_p).sum(-1)
+
+    def soft_value_from_logits(logits, q1, q2, legal_mask, *, alpha):
+        p, log_p = _neg_inf_policy(logits, legal_mask)
+        return (p * (torch.minimum(q1, q2) - alpha * log_p)).sum(-1)
+
+    def policy_loss_from_logits(logits, q1, q2, legal_mask, *, alpha):
+        p, log_p = _neg_inf_policy(logits, legal_mask)
+        return (p * (alpha * log_p - torch.minimum(q1, q2).detach())).sum(-1).mean()
+
+    return override(ref, "sac", entropy_from_logits=entropy_from_logits, soft_value_from_logits=soft_value_from_logits,
+                    policy_loss_from_logits=policy_loss_from_logits)
+
+
+@mutant("SAC-LOSSES-1", doc="Loss level with a -inf fill: loss_actor, loss_alpha and entropy are NaN with any "
+        "illegal action (the target guards p = 0, the actor path does not).",
+        source="TorchRL 0.14.1 objectives/sac.py:1547 (docs/audits/_research/torchrl.md, finding 1)")
+def losses_neg_inf_actor(ref):
+    def losses(policy, critic, target_critic, batch, *, log_alpha, gamma, kappa=0.9, delta=1.0, top_p=1.0):
+        out = dict(ref.sac.losses(policy, critic, target_critic, batch, log_alpha=log_alpha, gamma=gamma, kappa=kappa,
+                                  delta=delta, top_p=top_p))
+        p, log_p = _neg_inf_policy(policy(batch["obs"]), batch["legal_mask"])
+        q1, q2 = critic(batch["obs"])
+        h = -(p * log_p).sum(-1)
+        out["loss_actor"] = (p * (log_alpha.detach().exp() * log_p - torch.minimum(q1, q2).detach())).sum(-1).mean()
+        out["loss_alpha"] = out["loss_alpha"] + 0.0 * h.detach().mean()
+        out["entropy"] = h.detach().mean()
+        return out
+
+    return override(ref, "sac", losses=losses)
+
+
+@mutant("SAC-LOSSES-1", doc="The TD target bootstraps from the online critics instead of the target critics.")
+def losses_target_from_online_critic(ref):
+    def losses(policy, critic, target_critic, batch, *, log_alpha, gamma, kappa=0.9, delta=1.0, top_p=1.0):
+        return ref.sac.losses(policy, critic, critic, batch, log_alpha=log_alpha, gamma=gamma, kappa=kappa,
+                              delta=delta, top_p=top_p)
+
+    return override(ref, "sac", losses=losses)
+
+
+@mutant("SAC-LOSSES-2", doc="The actor loss keeps the critics in the graph: the same value, but its gradient also "
+        "moves the critics (toward larger Q under the policy).")
+def losses_actor_gradient_into_critic(ref):
+    def losses(policy, critic, target_critic, batch, *, log_alpha, gamma, kappa=0.9, delta=1.0, top_p=1.0):
+        out = dict(ref.sac.losses(policy, critic, target_critic, batch, log_alpha=log_alpha, gamma=gamma, kappa=kappa,
+                                  delta=delta, top_p=top_p))
+        legal = batch["legal_mask"]
+        pi = ref.sac.masked_softmax(policy(batch["obs"]), legal).detach()
+        q_min = torch.minimum(*critic(batch["obs"]))
+        leak = torch.where(legal, pi * (q_min - q_min.detach()), torch.zeros_like(pi)).sum(-1).mean()  # value 0
+        out["loss_actor"] = out["loss_actor"] - leak
+        return out
+
+    return override(ref, "sac", losses=losses)

@@ -5,6 +5,9 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+from conformance_tests import harness
+from conformance_tests.strategies.core import declared_dtype
+
 __all__ = [
     "ccapo_edge_counts", "ccapo_global_counts", "ccapo_trajectories", "ccapo_streams",
     "ccapo_return_groups", "ccapo_fingerprint_seqs", "ccapo_step_batches", "ccapo_alfworld_commands",
@@ -59,10 +62,14 @@ def ccapo_return_groups(*, max_groups: int = 4, max_n: int = 8):
     """[G, N] float64 returns on the R_tau grid (success or not, 1..50 steps), so ties are common."""
     @st.composite
     def build(draw):
-        G, N = draw(st.integers(1, max_groups)), draw(st.integers(1, max_n))
+        # min_group_size: a library that rejects single-member groups gets groups of two or more
+        smallest = 2 if harness.convention("min_group_size", record=False) == 2 else 1
+        if smallest == 2:  # the draw itself follows the declaration ("raw" draws like the seed)
+            harness.convention("min_group_size")
+        G, N = draw(st.integers(1, max_groups)), draw(st.integers(smallest, max_n))
         succ = draw(st.lists(st.booleans(), min_size=G * N, max_size=G * N))
         steps = draw(st.lists(st.integers(1, 50), min_size=G * N, max_size=G * N))
-        r = torch.tensor([10.0 * s - 0.1 * k for s, k in zip(succ, steps)], dtype=torch.float64).reshape(G, N)
+        r = torch.tensor([10.0 * s - 0.1 * k for s, k in zip(succ, steps)], dtype=declared_dtype(torch.float64)).reshape(G, N)
         for g in draw(st.sets(st.integers(0, G - 1), max_size=G)):  # all-equal groups, on purpose
             r[g] = r[g, 0]
         return r
@@ -83,7 +90,7 @@ def ccapo_step_batches(draw, *, max_b: int = 5, max_t: int = 8, scale: float = 2
                          min_size=B * T, max_size=B * T))
     valid = draw(st.lists(st.booleans(), min_size=B * T, max_size=B * T))
     valid[draw(st.integers(0, B * T - 1))] = True
-    return torch.tensor(vals, dtype=torch.float64).reshape(B, T), torch.tensor(valid).reshape(B, T)
+    return torch.tensor(vals, dtype=declared_dtype(torch.float64)).reshape(B, T), torch.tensor(valid).reshape(B, T)
 
 
 # Every command of the ALFWorld grammar, as the game prints it (admissible commands), with its
@@ -178,5 +185,5 @@ def ccapo_logp_batches(draw, *, max_b: int = 4, max_t: int = 6):
     adv = arr(-3.0, 3.0)
     lens = [draw(st.integers(1, T)) for _ in range(B)]
     mask = np.array([[t < n for t in range(T)] for n in lens])
-    t = lambda a: torch.tensor(a.reshape(B, T), dtype=torch.float64)  # noqa: E731
+    t = lambda a: torch.tensor(a.reshape(B, T), dtype=declared_dtype(torch.float64))  # noqa: E731
     return t(new), t(old), t(ref), t(adv), torch.tensor(mask)

@@ -1,4 +1,9 @@
-"""Shared strategies: shapes, logits, legal masks, probability rows, scalars in a range."""
+"""Shared strategies: shapes, logits, legal masks, probability rows, scalars in a range.
+
+Every strategy honours what the implementation declares (``impl.capabilities``, read at draw time):
+floating tensors come in a declared dtype (:func:`declared_dtype`) and, with ``masks: False``, every
+mask is all-legal (:func:`legal_masks`), so no illegal action is ever drawn for it.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -6,9 +11,12 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from conformance_tests import harness
+
 __all__ = [
     "batch_shapes", "logits", "legal_masks", "logits_and_masks", "policies", "q_values",
     "unit_interval", "open_unit_interval", "tensors", "keyword_arguments", "KEYWORD_RANGES",
+    "declared_dtype", "float_dtypes",
 ]
 
 _FINITE = dict(allow_nan=False, allow_infinity=False)
@@ -19,10 +27,25 @@ def batch_shapes(max_batch: int = 6, min_actions: int = 2, max_actions: int = 12
     return st.tuples(st.integers(1, max_batch), st.integers(min_actions, max_actions))
 
 
+def declared_dtype(dtype: torch.dtype) -> torch.dtype:
+    """``dtype`` if the implementation declares it (or it is not floating), else its widest declared dtype.
+
+    Called at draw time: the tolerance of an assertion then follows the dtype actually handed in."""
+    return harness.working_dtype(dtype) if dtype.is_floating_point else dtype
+
+
+@st.composite
+def float_dtypes(draw, *candidates: torch.dtype):
+    """One of ``candidates`` (default float64, float32) the implementation declares; its widest declared
+    dtype when it declares none of them."""
+    cands = candidates or (torch.float64, torch.float32)
+    return draw(st.sampled_from([d for d in cands if harness.supports_dtype(d)] or [harness.working_dtype(cands[0])]))
+
+
 def tensors(shape, *, lo: float = -10.0, hi: float = 10.0, dtype=torch.float64):
-    """A float tensor of ``shape`` with entries in [lo, hi]."""
+    """A float tensor of ``shape`` with entries in [lo, hi] (in ``dtype`` when declared, see :func:`declared_dtype`)."""
     return hnp.arrays(np.float64, shape, elements=st.floats(lo, hi, **_FINITE)).map(
-        lambda a: torch.tensor(a, dtype=dtype)
+        lambda a: torch.tensor(a, dtype=declared_dtype(dtype))
     )
 
 
@@ -32,8 +55,11 @@ def logits(shape, *, scale: float = 10.0, dtype=torch.float64):
 
 @st.composite
 def legal_masks(draw, shape, *, min_legal: int = 1):
-    """A bool mask with at least ``min_legal`` True entries per row."""
+    """A bool mask with at least ``min_legal`` True entries per row; all True when the implementation
+    declares ``masks: False``."""
     B, A = shape
+    if not harness.masks_supported():
+        return torch.ones((B, A), dtype=torch.bool)
     min_legal = min(min_legal, A)
     rows = []
     for _ in range(B):
@@ -62,7 +88,7 @@ def policies(draw, *, dtype=torch.float64, min_legal: int = 1, eps: float = 1e-8
     e = np.exp(zs - zs.max(-1, keepdims=True))
     p = e / e.sum(-1, keepdims=True)
     p = np.maximum(p, eps)
-    return torch.tensor(p, dtype=dtype), mask
+    return torch.tensor(p, dtype=declared_dtype(dtype)), mask
 
 
 def q_values(shape, *, scale: float = 10.0, dtype=torch.float64):
@@ -148,8 +174,13 @@ _ORDERED = (("gamma_min", "gamma_max"),)
 @st.composite
 def keyword_arguments(draw, op: str, **fixed):
     """Every keyword hyper-parameter of ``op`` ("family.op") drawn from its valid range; ``fixed``
-    pins some (e.g. ``alpha`` a test supplies itself). Ordered pairs come out ordered."""
+    pins some (e.g. ``alpha`` a test supplies itself). Ordered pairs come out ordered, and a declared
+    convention that fixes a keyword (huber_delta, log_ratio_clamp) pins it."""
     kw = {name: draw(strategy) for name, strategy in KEYWORD_RANGES[op].items() if name not in fixed}
+    if op == "sac.critic_loss" and "delta" in kw:  # huber_delta: δ = 1 unless any δ is declared supported
+        kw["delta"] = harness.critic_delta(kw["delta"])
+    if "log_ratio_clamp" in kw:  # a declared log_ratio_clamp is the one the implementation applies
+        kw["log_ratio_clamp"] = harness.log_ratio_clamp(kw["log_ratio_clamp"])
     for lo, hi in _ORDERED:
         if lo in kw and hi in kw and kw[lo] > kw[hi]:
             kw[lo], kw[hi] = kw[hi], kw[lo]

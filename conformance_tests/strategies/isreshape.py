@@ -6,6 +6,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from conformance_tests.strategies.core import declared_dtype
+
 __all__ = ["isr_ratios", "isr_gammas", "isr_taus", "isr_betas", "isr_token_batches"]
 
 _FINITE = dict(allow_nan=False, allow_infinity=False)
@@ -15,7 +17,7 @@ def isr_ratios(*, max_len: int = 8, log_lo: float = -6.0, log_hi: float = 6.0, d
     """A 1-D tensor of importance ratios, log-uniform in [e^log_lo, e^log_hi] (so r = 1 neighbours and
     far off-policy tokens both appear)."""
     return hnp.arrays(np.float64, st.integers(1, max_len), elements=st.floats(log_lo, log_hi, **_FINITE)).map(
-        lambda a: torch.tensor(np.exp(a), dtype=dtype)
+        lambda a: torch.tensor(np.exp(a), dtype=declared_dtype(dtype))
     )
 
 
@@ -59,5 +61,5 @@ def isr_token_batches(draw, *, max_len: int = 10, log_ratio: float = 3.0, dtype=
         mask.reshape(dims)[draw(st.integers(0, dims[0] - 1))] = False  # a padding row
     if mask.sum() < min_tokens:
         mask[np.flatnonzero(~mask)[: min_tokens - int(mask.sum())]] = True
-    t = lambda a: torch.tensor(a.reshape(dims), dtype=dtype)  # noqa: E731
+    t = lambda a: torch.tensor(a.reshape(dims), dtype=declared_dtype(dtype))  # noqa: E731
     return t(lp), t(lp - delta), t(adv), t(mask.astype(np.float64))

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+from conformance_tests.strategies.core import declared_dtype, float_dtypes
+
 __all__ = ["ROW_KINDS", "dyadic_policies", "float32_policies", "top_p_thresholds", "top_p_cases", "top_p_backups"]
 
 EPS = 1e-8
@@ -61,7 +63,7 @@ def dyadic_policies(draw, *, max_batch: int = 4, widths=WIDTHS, kinds=ROW_KINDS,
     rows = draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=max_batch))
     g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     built = [_row(kind, width, g) for kind in rows]
-    dt = dtype or draw(st.sampled_from([torch.float64, torch.float32]))
+    dt = declared_dtype(dtype) if dtype else draw(float_dtypes())
     return (torch.tensor(np.stack([r[0] for r in built]), dtype=dt),
             torch.tensor(np.stack([r[1] for r in built])))
 
@@ -80,7 +82,7 @@ def float32_policies(draw, *, max_batch: int = 4, widths=WIDTHS):
     z = np.where(legal, scales * g.standard_normal((batch, width)), -np.inf)
     e = np.exp(z - z.max(-1, keepdims=True))
     probs = np.maximum((e / e.sum(-1, keepdims=True)).astype(np.float32), np.float32(EPS))
-    return torch.tensor(probs), torch.tensor(legal)
+    return torch.tensor(probs, dtype=declared_dtype(torch.float32)), torch.tensor(legal)
 
 
 @st.composite

@@ -58,7 +58,7 @@ def loop_mask(fingerprint_ids) -> torch.Tensor:
     f = torch.as_tensor(fingerprint_ids)
     if f.is_floating_point() or f.dim() == 0:
         raise ValueError("[CCAPO-INPUT-3] fingerprint_ids must be an integer tensor [..., T]")
-    out = torch.zeros(f.shape, dtype=torch.bool)
+    out = torch.zeros(f.shape, dtype=torch.bool, device=f.device)  # on the ids' device: the trainer's
     if f.shape[-1] >= 2:
         out[..., 1:] |= f[..., 1:] == f[..., :-1]
     if f.shape[-1] >= 3:

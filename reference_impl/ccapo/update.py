@@ -8,6 +8,7 @@ policy, then zero_grad, backward, gradient-norm clip, step. Mutants swap the ``o
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -82,7 +83,8 @@ def make_ccapo_update(objective: Callable = objective, step: Callable = step) ->
             logp_ref = taken_log_prob(ref_policy, batch["obs"], batch["legal"], batch["action"])
         rows = {**{k: batch[k] for k in REQUIRED}, "logp_ref": logp_ref}
         gen_device = generator.device if generator is not None else "cpu"
-        records: list[dict] = []
+        stats: list[torch.Tensor] = []  # per minibatch: METRICS as one device vector
+        where: list[dict] = []
         for epoch in range(epochs):
             perm = torch.randperm(n, generator=generator, device=gen_device)  # a fresh shuffle (CCAPO-UPDATE-1)
             perm = perm.to(batch["action"].device)
@@ -93,9 +95,11 @@ def make_ccapo_update(objective: Callable = objective, step: Callable = step) ->
                 norm = step(optimizer, out["loss"], params, max_grad_norm)  # CCAPO-UPDATE-1
                 vals = [out[m].detach() for m in METRICS[:-1]] + [norm]
                 dt = torch.promote_types(vals[0].dtype, norm.dtype)
-                vals = torch.stack([v.to(dt) for v in vals]).tolist()  # one transfer per minibatch
-                records.append({**dict(zip(METRICS, vals)), "epoch": epoch, "minibatch": k})
-        return records
+                stats.append(torch.stack([v.to(dt) for v in vals]))  # stays on the device
+                where.append({"epoch": epoch, "minibatch": k})
+        dt = functools.reduce(torch.promote_types, (v.dtype for v in stats))
+        host = torch.stack([v.to(dt) for v in stats]).tolist()  # one transfer per update
+        return [{**dict(zip(METRICS, vals)), **w} for vals, w in zip(host, where)]
 
     return ccapo_update
 

@@ -3,6 +3,7 @@
 Every public function implements clauses of ``spec/isreshape.yaml``; ``trainer.py`` calls these and
 never re-derives a formula.
 """
+from reference_impl.isreshape.aggregate import aggregate_loss
 from reference_impl.isreshape.defaults import defaults
 from reference_impl.isreshape.losses import loss_metrics, policy_loss, sft_loss
 from reference_impl.isreshape.sft_metrics import sft_metrics
@@ -14,5 +15,5 @@ from reference_impl.isreshape.weights import (
 __all__ = [
     "importance_ratio", "reward_gamma", "sapo_weight", "sapo_weight_signed", "reshape_weight",
     "reshape_f", "sapo_gate", "policy_loss", "sft_loss", "loss_metrics", "defaults",
-    "sft_metrics",
+    "sft_metrics", "aggregate_loss",
 ]

@@ -16,12 +16,14 @@ contexts per process with per-rank seeds, DDP averages the gradients of the logi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from reference_impl import _checks
 from reference_impl.common import RunDir, add_config_flags, arg, config_overrides, progress, seed_everything
 from reference_impl.common import distributed as ddp
 from reference_impl.isreshape.defaults import defaults
@@ -68,9 +70,9 @@ class TokenBandit:
         u = torch.rand(tok.shape, generator=gen, dtype=self.p.dtype, device=self.p.device)
         return (u < self.p[ctx, tok]).to(self.p.dtype)
 
-    def expected_reward(self, probs: torch.Tensor) -> float:
-        """E_{x uniform, y ~ pi}[p(x, y)]: the exact reward of the policy, no sampling noise."""
-        return float((probs * self.p).sum(-1).mean())
+    def expected_reward(self, probs: torch.Tensor) -> torch.Tensor:
+        """E_{x uniform, y ~ pi}[p(x, y)]: the exact reward of the policy, no sampling noise (a device scalar)."""
+        return (probs * self.p).sum(-1).mean()
 
     def best_reward(self) -> float:
         return float(self.p.max(-1).values.mean())
@@ -131,37 +133,43 @@ def train(cfg: IsReshapeConfig, *, out: str | Path, updates: int, resume: bool =
         start = int(ckpt["update"]) + 1
     policy = ddp.wrap(table, d)  # gradients of the table averaged over ranks
     best = env.best_reward()
-    for update in progress(range(start, updates), total=updates, initial=start, desc=f"isreshape/{cfg.loss}",
-                           disable=None if d.is_writer else True):
-        if update % cfg.behaviour_lag == 0:
-            mu = behaviour_probs(table.logits, cfg.behaviour_eps)  # rollouts come from a stale mu
-        ctx = torch.randint(cfg.contexts, (cfg.batch_contexts,), generator=gen, device=device)
-        ctx = ctx.repeat_interleave(cfg.group_size)
-        tok = torch.multinomial(mu[ctx], 1, generator=gen).squeeze(-1)
-        reward = env.rewards(ctx, tok, gen)
-        group = reward.view(cfg.batch_contexts, cfg.group_size)
-        adv = (group - group.mean(-1, keepdim=True)).reshape(-1)  # group-mean baseline
-        ref_lp = torch.log(mu[ctx, tok])  # log mu of the behaviour policy
-        mask = torch.ones_like(reward)
-        for _ in range(cfg.epochs):
-            lp = policy(ctx).gather(-1, tok[:, None]).squeeze(-1)
-            loss = objective(cfg, lp, ref_lp, adv, mask)
-            opt.zero_grad(set_to_none=True)
-            if loss.requires_grad:  # the document's loss has no graph at all
-                loss.backward()
-            opt.step()
-        stats = loss_metrics(lp.detach(), ref_lp, adv, mask, tau=cfg.tau, beta=cfg.beta,  # ISR-METRIC-1..3
-                             gamma_min=cfg.gamma_min, gamma_max=cfg.gamma_max)
-        with torch.no_grad():
-            pi = torch.softmax(table.logits, -1)
-        grad = table.logits.grad
-        rec = dict(loss=float(loss.detach()), sample_reward=float(reward.mean()), **stats)
-        run.log(update=update, loss_name=cfg.loss, mean_reward=env.expected_reward(pi), best_reward=best,
-                grad_norm=float(grad.norm()) if grad is not None else 0.0,
-                **ddp.reduce_metrics(rec, d, maximum=("weight_max",)))
-        if (update + 1) % cfg.checkpoint_every == 0 or update == updates - 1:
-            run.save({"update": update, "logits": table.logits.detach().clone(), "optimizer": opt.state_dict(),
-                      "behaviour": mu, "rng": ddp.rng_states(d, gen)})
+    with contextlib.ExitStack() as guards:  # input guards on for the first batch only
+        for update in progress(range(start, updates), total=updates, initial=start, desc=f"isreshape/{cfg.loss}",
+                               disable=None if d.is_writer else True):
+            if update % cfg.behaviour_lag == 0:
+                mu = behaviour_probs(table.logits, cfg.behaviour_eps)  # rollouts come from a stale mu
+            ctx = torch.randint(cfg.contexts, (cfg.batch_contexts,), generator=gen, device=device)
+            ctx = ctx.repeat_interleave(cfg.group_size)
+            tok = torch.multinomial(mu[ctx], 1, generator=gen).squeeze(-1)
+            reward = env.rewards(ctx, tok, gen)
+            group = reward.view(cfg.batch_contexts, cfg.group_size)
+            adv = (group - group.mean(-1, keepdim=True)).reshape(-1)  # group-mean baseline
+            ref_lp = torch.log(mu[ctx, tok])  # log mu of the behaviour policy
+            mask = torch.ones_like(reward)
+            for _ in range(cfg.epochs):
+                lp = policy(ctx).gather(-1, tok[:, None]).squeeze(-1)
+                loss = objective(cfg, lp, ref_lp, adv, mask)
+                opt.zero_grad(set_to_none=True)
+                if loss.requires_grad:  # the document's loss has no graph at all
+                    loss.backward()
+                opt.step()
+            stats = loss_metrics(lp.detach(), ref_lp, adv, mask, tau=cfg.tau, beta=cfg.beta,  # ISR-METRIC-1..3
+                                 gamma_min=cfg.gamma_min, gamma_max=cfg.gamma_max)
+            if update == start:  # the first batch passed every input guard: the rest run without them
+                guards.enter_context(_checks.validation(False))
+            with torch.no_grad():
+                pi = torch.softmax(table.logits, -1)
+                grad = table.logits.grad
+                dev = {"loss": loss.detach(), "sample_reward": reward.mean(), "mean_reward": env.expected_reward(pi),
+                       "grad_norm": grad.norm() if grad is not None else torch.zeros((), device=device, dtype=dtype)}
+            wide = torch.promote_types(dtype, torch.float32)  # bf16 metrics are read in float32, float64 stays
+            host = dict(zip(dev, torch.stack([v.to(wide) for v in dev.values()]).tolist()))  # one transfer per update
+            rec = dict(loss=host.pop("loss"), sample_reward=host.pop("sample_reward"), **stats)
+            run.log(update=update, loss_name=cfg.loss, best_reward=best, **host,
+                    **ddp.reduce_metrics(rec, d, maximum=("weight_max",)))
+            if (update + 1) % cfg.checkpoint_every == 0 or update == updates - 1:
+                run.save({"update": update, "logits": table.logits.detach().clone(), "optimizer": opt.state_dict(),
+                          "behaviour": mu, "rng": ddp.rng_states(d, gen)})
     return run
 
 

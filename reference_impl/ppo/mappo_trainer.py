@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from reference_impl._checks import validation
 from reference_impl.common import RunDir, progress, seed_everything
 from reference_impl.common import distributed as ddp
 from reference_impl.ppo.envs import CoopGridEnv
@@ -25,8 +26,8 @@ from reference_impl.ppo.losses import normalize_advantages
 from reference_impl.ppo.mappo import align_batch
 from reference_impl.ppo.masking import sample_actions
 from reference_impl.ppo.nets import Actor, Critic
-from reference_impl.ppo.trainer import (PPOHyper, arg, checkpoint, config_from_args, config_parser, mean_or_nan,
-                                        restore, summarize, update_with)
+from reference_impl.ppo.trainer import (PPOHyper, arg, checkpoint, config_from_args, config_parser, make_optimizer,
+                                        mean_or_nan, restore, summarize, update_with)
 
 
 @dataclass
@@ -56,7 +57,7 @@ def train(cfg: MAPPOConfig, *, out: str, updates: int, resume: bool = False) -> 
     obs_dim, critic_dim = envs[0].obs_dim, envs[0].state_dim + M  # critic: global state ‖ one-hot agent id
     actor = Actor(obs_dim, A, cfg.hidden).to(device, dtype)
     critic = Critic(critic_dim, cfg.hidden).to(device, dtype)
-    optimizer = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=cfg.lr, eps=1e-5)
+    optimizer = make_optimizer([*actor.parameters(), *critic.parameters()], lr=cfg.lr)
     run = RunDir(out, family="ppo", config=ddp.portable_config(cfg), resume=resume, writer=d.is_writer)
     ckpt = run.load() if resume else None
     start, env_steps = restore(ckpt, actor, critic, optimizer, gen, d, reseed=seed)
@@ -123,7 +124,8 @@ def train(cfg: MAPPOConfig, *, out: str, updates: int, resume: bool = False) -> 
             "action": act_buf.flatten(), "old_log_prob": logp_buf.flatten(), "advantage": advantage.flatten(),
             "return": returns.flatten(), **dict(zip(("episode_id", "timestep", "agent_id"),
                                                     torch.as_tensor(key_buf, device=device).flatten(1)))})
-        stats = update_with(cfg, ddp_actor, ddp_critic, optimizer, batch, gen, d)
+        with validation(update == start + 1):  # guards on the first batch only: the hot loop runs without syncs
+            stats = update_with(cfg, ddp_actor, ddp_critic, optimizer, batch, gen, d)
         env_steps += T * N * d.world_size
 
         # --- metrics (over all ranks, written by rank 0) and checkpoint ---

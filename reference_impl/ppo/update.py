@@ -10,8 +10,9 @@ from typing import Callable, Iterable
 
 import torch
 
+from reference_impl import _checks
 from reference_impl.ppo import losses
-from reference_impl.ppo.masking import _check_actions, evaluate_actions
+from reference_impl.ppo.masking import _check_actions, _check_logits_and_mask, evaluate_actions, fill_value
 
 REQUIRED = ("obs", "action", "old_log_prob", "mask", "advantage", "return")
 
@@ -28,9 +29,76 @@ def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], *, max_norm: float)
     return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
 
 
-def loss_terms(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
-               clip_eps: float, vf_coef: float, ent_coef: float) -> tuple[torch.Tensor, dict]:
-    """Total loss and diagnostics of one minibatch from the current logits and values.
+class _WithGrads(torch.autograd.Function):
+    """A scalar loss whose gradients with respect to (logits, values) were computed with it."""
+
+    @staticmethod
+    def forward(ctx, logits, values, loss, g_logits, g_values):
+        ctx.save_for_backward(g_logits, g_values)
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx, upstream):
+        g_logits, g_values = ctx.saved_tensors
+        return g_logits * upstream, g_values * upstream, None, None, None
+
+
+def _min_branch_weight(unclipped, clipped, in_range):
+    """∂ min(u, c)/∂r ÷ A: 1 on the unclipped branch, the clamp's pass-through on the clipped one,
+    half of each at a tie (torch's rule for an elementwise minimum)."""
+    return torch.where(unclipped < clipped, 1.0, torch.where(unclipped > clipped, in_range, 0.5 + 0.5 * in_range))
+
+
+def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
+                     clip_eps: float, vf_coef: float, ent_coef: float) -> tuple[torch.Tensor, dict]:
+    r"""Fast path of :func:`loss_terms_deferred` for a validated batch: the same loss and diagnostics,
+    with the gradients into the logits and the values in closed form, computed with the value (one
+    autograd node instead of some thirty). With n rows, r = exp(ℓ_new − ℓ_old) and w the branch
+    weight of the clipped objective:
+
+    ∂L/∂ℓ_new = −A r w / n;  ∂ℓ_new/∂z = 1[a] − π;  ∂(−c_e H̄)/∂z = c_e π (log π + H) / n;
+    ∂L/∂V = c_v (V − R) / n.
+
+    Masked logits and log-probs as in PPO-MASK-1/4 (one log_softmax). The plain path is its oracle
+    (conformance_tests/test_ppo_fastpaths.py).
+
+    Implements: PPO-LOGP-1, PPO-ENT-1, PPO-RATIO-1, PPO-KL-1, PPO-KL-2, PPO-CLIPFRAC-1, PPO-LOSS-1..4.
+    """
+    _check_logits_and_mask(logits, mb["mask"])  # the guards of evaluate_actions (off in a validated loop)
+    with torch.no_grad():
+        z, v = logits.detach(), values.detach()
+        log_pi = torch.log_softmax(z.masked_fill(~mb["mask"], fill_value(z.dtype)), dim=-1)  # PPO-MASK-1/4
+        pi = log_pi.exp()
+        idx = mb["action"].long().unsqueeze(-1)
+        new = log_pi.gather(-1, idx).squeeze(-1)  # PPO-LOGP-1
+        H = -torch.linalg.vecdot(pi, log_pi)  # PPO-ENT-1, exactly 0 from illegal entries (π = 0)
+        n, adv, ret = new.shape[0], mb["advantage"].detach(), mb["return"].detach()
+        r = losses.ratio(new, old_log_prob)  # PPO-RATIO-1
+        lo, hi = 1.0 - clip_eps, 1.0 + clip_eps
+        unclipped, clipped = r * adv, r.clamp(lo, hi) * adv
+        pl = -torch.minimum(unclipped, clipped).mean()  # PPO-LOSS-1
+        vl = 0.5 * (ret - v).pow(2).mean()  # PPO-LOSS-2
+        ent = H.mean()
+        loss = pl + vf_coef * vl - ent_coef * ent  # PPO-LOSS-3
+        in_range = ((r >= lo) & (r <= hi)).to(r.dtype)
+        d_new = -(adv * r * _min_branch_weight(unclipped, clipped, in_range)) / n
+        g_z = pi * (log_pi.add_(H[:, None]).mul_(ent_coef / n)).sub_(d_new[:, None])  # −d_new·π + entropy
+        g_z.scatter_add_(-1, idx, d_new[:, None])  # + d_new at the replayed action
+        g_v = (v - ret).mul_(vf_coef / n)
+        metrics = {
+            "loss": loss, "policy_loss": pl, "value_loss": vl, "entropy": ent,
+            "approx_kl": losses.approx_kl(old_log_prob, new),  # PPO-KL-1
+            "k3_kl": losses.k3_kl(old_log_prob, new),  # PPO-KL-2
+            "clip_fraction": losses.clip_fraction(r, clip_eps=clip_eps),  # PPO-CLIPFRAC-1
+            "ratio_mean": r.mean(), "ratio_std": r.std() if n > 1 else torch.zeros_like(r.sum()),
+            "log_prob_min": new.min(),  # §7 diagnostic, PPO-SLO-5
+        }
+    return _WithGrads.apply(logits, values, loss, g_z, g_v), metrics
+
+
+def loss_terms_deferred(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
+                        clip_eps: float, vf_coef: float, ent_coef: float) -> tuple[torch.Tensor, dict]:
+    """Total loss and diagnostics of one minibatch, the diagnostics left as 0-d tensors (no host sync).
 
     Implements: PPO-LOGP-1, PPO-ENT-1, PPO-RATIO-1, PPO-KL-1, PPO-KL-2, PPO-CLIPFRAC-1, PPO-LOSS-1..4.
     """
@@ -49,7 +117,40 @@ def loss_terms(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_
             "ratio_mean": r.mean(), "ratio_std": r.std() if r.numel() > 1 else torch.zeros_like(r.sum()),
             "log_prob_min": new_log_prob.min(),  # §7 diagnostic, PPO-SLO-5
         }
-    return loss, {k: float(v.detach()) for k, v in metrics.items()}
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def _stack(metrics: dict) -> torch.Tensor:
+    """The diagnostics as one vector (one op when they are 0-d tensors of one dtype, as the
+    reference's are; a step that returns Python numbers or mixed dtypes gets float64)."""
+    vals = list(metrics.values())
+    if all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in vals) and len({v.dtype for v in vals}) == 1:
+        return torch.stack(vals)
+    return torch.stack([torch.as_tensor(v).detach().reshape(()).to(torch.float64) for v in vals])
+
+
+def as_floats(metrics: dict) -> dict:
+    """0-d tensors -> Python floats in one transfer (one host sync for the whole dict)."""
+    if not any(isinstance(v, torch.Tensor) for v in metrics.values()):
+        return dict(metrics)
+    return dict(zip(metrics, _stack(metrics).tolist()))
+
+
+def loss_terms(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
+               clip_eps: float, vf_coef: float, ent_coef: float) -> tuple[torch.Tensor, dict]:
+    """:func:`loss_terms_deferred` with the diagnostics as Python floats (one host sync).
+
+    Implements: PPO-LOGP-1, PPO-ENT-1, PPO-RATIO-1, PPO-KL-1, PPO-KL-2, PPO-CLIPFRAC-1, PPO-LOSS-1..4.
+    """
+    loss, metrics = loss_terms_deferred(logits, values, mb, old_log_prob=old_log_prob, clip_eps=clip_eps,
+                                        vf_coef=vf_coef, ent_coef=ent_coef)
+    return loss, as_floats(metrics)
+
+
+def _forward(actor: Callable, critic: Callable, mb: dict, terms: Callable, **hp) -> tuple[torch.Tensor, dict]:
+    logits = actor(mb["obs"])
+    values = critic(mb["critic_obs"] if "critic_obs" in mb else mb["obs"]).reshape(-1)
+    return terms(logits, values, mb, old_log_prob=mb["old_log_prob"].detach(), **hp)  # PPO-OLD-1
 
 
 def minibatch_loss(actor: Callable, critic: Callable, mb: dict, *, clip_eps: float, vf_coef: float,
@@ -58,10 +159,26 @@ def minibatch_loss(actor: Callable, critic: Callable, mb: dict, *, clip_eps: flo
 
     Implements: PPO-OLD-1 (the cached value, detached), PPO-MAPPO-2 (critic obs of the same row).
     """
-    logits = actor(mb["obs"])
-    values = critic(mb["critic_obs"] if "critic_obs" in mb else mb["obs"]).reshape(-1)
-    return loss_terms(logits, values, mb, old_log_prob=mb["old_log_prob"].detach(),  # PPO-OLD-1
-                      clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
+    return _forward(actor, critic, mb, loss_terms, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
+
+
+def minibatch_loss_deferred(actor: Callable, critic: Callable, mb: dict, *, clip_eps: float, vf_coef: float,
+                            ent_coef: float) -> tuple[torch.Tensor, dict]:
+    """:func:`minibatch_loss` with tensor diagnostics (the update loop's step: no host sync).
+
+    Implements: PPO-OLD-1, PPO-MAPPO-2.
+    """
+    return _forward(actor, critic, mb, loss_terms_deferred, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
+
+
+def minibatch_loss_fused(actor: Callable, critic: Callable, mb: dict, *, clip_eps: float, vf_coef: float,
+                         ent_coef: float) -> tuple[torch.Tensor, dict]:
+    """:func:`minibatch_loss_deferred` through :func:`loss_terms_fused` (the trainers' step: the same
+    path whether the guards are on or off, so a resumed run repeats an uninterrupted one exactly).
+
+    Implements: PPO-OLD-1, PPO-MAPPO-2.
+    """
+    return _forward(actor, critic, mb, loss_terms_fused, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
 
 
 def _check_batch(batch: dict) -> int:
@@ -72,7 +189,8 @@ def _check_batch(batch: dict) -> int:
     bad = {k: tuple(v.shape) for k, v in batch.items() if v.dim() == 0 or v.shape[0] != n}
     if bad:
         raise ValueError(f"[PPO-INPUT-5] every field needs {n} rows; got {bad}")
-    _check_actions(batch["action"], batch["mask"], "PPO-MASK-3")  # replay only legal (action, mask) pairs
+    if _checks._on():  # replay only legal (action, mask) pairs; a host sync, so a guard like the others
+        _check_actions(batch["action"], batch["mask"], "PPO-MASK-3")
     return n
 
 
@@ -100,33 +218,48 @@ def run_update(actor, critic, optimizer, batch: dict, *, step: Callable, epochs:
     groups = _param_groups(actor, critic)
     device = batch["action"].device
     gen_device = generator.device if generator is not None else "cpu"
+    # the KL guard reads approx_kl on the host: then one sync per minibatch (all its metrics at once);
+    # without the guard the metrics stay on the device and become floats once, at the end
+    now = target_kl is not None or sync_metrics is not None
     records: list[dict] = []
+    pending: list[tuple[dict, torch.Tensor]] = []
     for epoch in range(epochs):
         perm = torch.randperm(n, generator=generator, device=gen_device).to(device)  # a fresh shuffle per epoch
         for k, start in enumerate(range(0, n, minibatch_size)):
             idx = perm[start:start + minibatch_size]
             mb = {key: v[idx] for key, v in batch.items()}
             loss, metrics = step(actor, critic, mb, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
-            if sync_metrics is not None:
-                metrics = sync_metrics(metrics)
-            kl = metrics["approx_kl"]
-            stop = target_kl is not None and losses.kl_early_stop(kl, target_kl=target_kl)  # PPO-KLSTOP-1
+            stop = False
+            if now:
+                metrics = as_floats(metrics)
+                if sync_metrics is not None:
+                    metrics = sync_metrics(metrics)
+                stop = target_kl is not None and losses.kl_early_stop(metrics["approx_kl"],
+                                                                      target_kl=target_kl)  # PPO-KLSTOP-1
             if not stop:  # PPO-KLSTOP-2: the minibatch that trips the guard takes no step
                 optimizer.zero_grad()
                 loss.backward()
                 for g in groups:
                     clip_grad_norm(g, max_norm=max_grad_norm)  # PPO-GRAD-1
                 optimizer.step()
-            records.append({**metrics, "epoch": epoch, "minibatch": k, "early_stop": stop})
+            tail = {"epoch": epoch, "minibatch": k, "early_stop": stop}
+            if now:
+                records.append({**metrics, **tail})
+            else:
+                pending.append((tail, _stack(metrics)))
+                names = list(metrics)
             if stop:
                 return records
+    if pending:  # one transfer for the whole update
+        for (tail, _), vals in zip(pending, torch.stack([v for _, v in pending]).tolist()):
+            records.append({**dict(zip(names, vals)), **tail})
     return records
 
 
 def ppo_update(actor, critic, optimizer, batch: dict, *, epochs: int, minibatch_size: int, clip_eps: float,
                vf_coef: float, ent_coef: float, max_grad_norm: float, target_kl: float | None,
                generator: torch.Generator | None = None,
-               sync_metrics: Callable[[dict], dict] | None = None) -> list[dict]:
+               sync_metrics: Callable[[dict], dict] | None = None, fused: bool = False) -> list[dict]:
     r"""PPO-Clip update on a stored rollout; one metrics dict per minibatch.
 
     ``batch``: obs, optional critic_obs, action [N] long, old_log_prob [N] (cached at sampling),
@@ -134,12 +267,14 @@ def ppo_update(actor, critic, optimizer, batch: dict, *, epochs: int, minibatch_
     Each minibatch replays the stored action under the stored mask, takes mean losses, clips the
     gradient norm of the actor and of the critic at ``max_grad_norm`` and steps; when approx_kl
     exceeds 2·target_kl the update stops before stepping on that minibatch. Under DDP each rank
-    passes its own share and ``sync_metrics`` (see :func:`run_update`).
+    passes its own share and ``sync_metrics`` (see :func:`run_update`). ``fused``: the loss through
+    :func:`loss_terms_fused` (closed-form gradients, what the trainers use) instead of autograd
+    through the plain formulas (its oracle); both validate their inputs while the guards are on.
 
     Implements: PPO-UPDATE-1, PPO-UPDATE-2, PPO-UPDATE-3, PPO-MASK-3, PPO-OLD-1, PPO-LOSS-4,
     PPO-GRAD-1, PPO-KLSTOP-2.
     """
-    return run_update(actor, critic, optimizer, batch, step=minibatch_loss, epochs=epochs,
-                      minibatch_size=minibatch_size, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef,
-                      max_grad_norm=max_grad_norm, target_kl=target_kl, generator=generator,
-                      sync_metrics=sync_metrics)
+    step = minibatch_loss_fused if fused else minibatch_loss_deferred
+    return run_update(actor, critic, optimizer, batch, step=step, epochs=epochs, minibatch_size=minibatch_size,
+                      clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef, max_grad_norm=max_grad_norm,
+                      target_kl=target_kl, generator=generator, sync_metrics=sync_metrics)

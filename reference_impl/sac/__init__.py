@@ -23,6 +23,9 @@ from reference_impl.sac.masking import entropy, legal_set, masked_softmax, targe
 from reference_impl.sac.reward import bigram_bonus, info_nce, ngram_coverage, shaped_reward, step_reward
 from reference_impl.sac.step import init_target, update_step
 from reference_impl.sac.updates import ema_update, popart_step, soft_update
+# after the ``losses`` submodule is imported above: the contract op ``losses`` shadows its name here
+# (``from reference_impl.sac.losses import ...`` still reaches the module through sys.modules)
+from reference_impl.sac.loss_level import entropy_from_logits, losses, policy_loss_from_logits, soft_value_from_logits
 
 __all__ = [
     "masked_softmax", "legal_set", "target_entropy", "entropy",
@@ -32,4 +35,5 @@ __all__ = [
     "ngram_coverage", "info_nce", "bigram_bonus", "step_reward", "shaped_reward",
     "mix_counts", "dagger_teacher_ratio", "resolve_teacher_action", "defaults",
     "critic_loss_total", "policy_loss_total", "init_target", "update_step", "nce_queue_push",
+    "entropy_from_logits", "soft_value_from_logits", "policy_loss_from_logits", "losses",
 ]

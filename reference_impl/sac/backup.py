@@ -90,7 +90,8 @@ def _select_threshold(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -
     action above it, and of the legal actions tied at t the m lowest ids, m = #{j ≥ 0 : above + j·t < p}.
     Illegal actions keep their keys but carry no mass, so t is always the key of a legal action."""
     keys, width = _order_keys(probs)
-    mass = probs.detach().to(torch.float64, copy=True).masked_fill_(~legal_mask, 0.0)  # illegal: no mass
+    mass = probs.detach().to(torch.float64, copy=True).mul_(legal_mask.view(torch.uint8))  # illegal: no mass (a bool
+    # masked_fill is several times slower than a multiplication by the mask's bytes)
     key_t, above, total, scratch = _mass_threshold(keys, mass, width, p)
     t = key_t.view(torch.float32 if width == 30 else torch.float64).double()
     m = torch.ceil((p - above) / t)  # then exact corrections, as the division may round either way
@@ -115,6 +116,43 @@ def _by_row_chunks(fn, *tensors: torch.Tensor) -> torch.Tensor:
     rows, step = flat[0].shape[0], max(1, _CHUNK_BYTES // (8 * max(1, width)))
     out = fn(*flat) if rows <= step else torch.cat([fn(*(t[i:i + step] for t in flat)) for i in range(0, rows, step)])
     return out.reshape(*lead, *out.shape[1:])
+
+
+def row_blocks(rows: int, width: int, *, itemsize: int = 4, block_bytes: int = 1 << 20):
+    """Slices of about ``block_bytes`` per [rows, width] tensor: the fused fast paths run their many
+    elementwise passes block by block, so each pass reads a block that is still in cache and every
+    temporary stays small (reused by the allocator, never fresh pages)."""
+    step = max(1, block_bytes // (itemsize * max(1, width)))
+    return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
+
+
+def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: float):
+    r"""Fast path of the whole soft backup from next-state logits, row block by row block:
+    π' = masked softmax (SAC-MASK-1/2), P = Top-p set (SAC-TOPP-1), \hat V_soft (SAC-TOPP-3) and the
+    Top-p coverage Σ_P π' (SAC-TOPP-4 monitor), without any [B, |A|] temporary. Returns
+    ``(v_next, coverage)`` per row; no gradient. The plain chain (``masked_softmax``,
+    ``top_p_soft_value``, ``top_p_select``) is its oracle (conformance_tests/test_sac_fastpaths.py).
+
+    Implements: SAC-TOPP-3 (with SAC-MASK-1/2, SAC-TOPP-1).
+    """
+    from reference_impl.sac.masking import float_mask, masked_softmax_fast
+
+    _check_top_p(logits, legal_mask, p, "SAC-TOPP-3")
+    rows, width = logits.shape
+    v = logits.new_empty(rows)
+    cov = logits.new_empty(rows)
+    with torch.no_grad():
+        for r in row_blocks(rows, width, itemsize=8):  # the selection works in float64
+            m = legal_mask[r]
+            pi = masked_softmax_fast(logits[r], m, eps=eps)
+            sel = m if p >= 1.0 else _select_threshold(pi, m, p)
+            w = pi * float_mask(sel, pi.dtype)  # π·1[P]
+            z = w.sum(-1)
+            cov[r] = z
+            # the expanded SAC-TOPP-3 of _soft_value_expanded, with log π taken where π ≥ ε > 0
+            v[r] = (torch.linalg.vecdot(w, _min_q(q1[r], q2[r])) - alpha * torch.linalg.vecdot(w, pi.log_())) / z \
+                + alpha * torch.log(z)
+    return v, cov
 
 
 def _soft_value_expanded(probs, q1, q2, selected, alpha) -> torch.Tensor:

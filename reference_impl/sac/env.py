@@ -155,10 +155,10 @@ class CharEnv:
                                self.prompt[:, -1])  # s_{t-1}^{(1)}: the previous target character
         cur_ref = self.teacher_action()
         self.hist = torch.cat([self.hist[:, 1:], a[:, None]], dim=1)  # h_t = shift_append(h_{t-1}, a_t)
-        chars = [self.glyph[i] for i in a.tolist()]
-        for b in range(B):
+        chars = [self.glyph[i] for i in a.tolist()]  # one conversion per step, not one per row
+        for b, i in enumerate(cur_ref.tolist()):
             self.agent_text[b] += chars[b]
-            self.ref_text[b] += self.glyph[int(cur_ref[b])]
+            self.ref_text[b] += self.glyph[i]
         self.t += 1
         info = {"action": a, "is_teacher": is_teacher, "is_relabeled": is_teacher & relabeled,
                 "teacher_rejected": teacher & ~accepted, "illegal": illegal, "garble": garble}
@@ -187,7 +187,7 @@ class CharEnv:
         r, hard_done = step_reward(cov_n, nce_n, garble, illegal, lam_cov=cfg.lambda_cov, lam_nce=cfg.lambda_nce,
                                    lam_gar=cfg.lambda_gar, lam_ill=cfg.lambda_ill,
                                    illegal_done=cfg.illegal_done)  # SAC-REWARD-1, SAC-REWARD-2
-        bonus = torch.tensor([bigram_bonus(self.glyph[int(p)], ch, self.c.lexicon, lam=cfg.lambda_bigram)
+        bonus = torch.tensor([bigram_bonus(self.glyph[p], ch, self.c.lexicon, lam=cfg.lambda_bigram)
                               for p, ch in zip(prev_ref.tolist(), chars)])  # SAC-BIGRAM-1
         bonus = torch.where(hard_done, torch.zeros_like(bonus), bonus)  # SAC-REWARD-2: a hard stop pays exactly -λ_ill
         return r + bonus, hard_done, {"cov": cov, "nce": nce, "bonus": bonus}  # bonus into the soft part (SAC-BIGRAM-1)
@@ -211,12 +211,17 @@ class CharEnv:
                 pb.copy_(ema_update(pb, p, m=self.cfg.nce_momentum))  # SAC-NCE-3
         self.queue = torch.cat([pos, self.queue])[: self.cfg.nce_queue]  # FIFO of past positives
 
-    def popart_stats(self) -> dict[str, float]:
-        """Mean over the row streams of μ and σ per reward term (the PopArt panel of §11)."""
-        out = {}
+    def popart_stats(self, reward: torch.Tensor | None = None) -> dict[str, float]:
+        """Mean over the row streams of μ and σ per reward term (the PopArt panel of §11), and the mean
+        of ``reward`` if given, converted in one call."""
+        names, vals = [], []
         for k, (mu, var) in self.popart.items():
-            out[f"popart_{k}_mu"], out[f"popart_{k}_sigma"] = float(mu.mean()), float(var.sqrt().mean())
-        return out
+            names += [f"popart_{k}_mu", f"popart_{k}_sigma"]
+            vals += [mu.mean(), var.sqrt().mean()]
+        if reward is not None:
+            names.append("reward_mean")
+            vals.append(reward.float().mean().to(vals[0].dtype))
+        return dict(zip(names, torch.stack(vals).tolist()))
 
     def state_dict(self) -> dict:
         """The learned reward state (episodes themselves restart on resume)."""
@@ -236,10 +241,9 @@ def compliance_mask(hist: torch.Tensor, *, allowed: torch.Tensor, punct: torch.T
     """Compliance(h_{t-1}, a): ``a`` is not blacklisted and does not repeat the previous punctuation mark;
     then A(s) = that ∪ {<eos>} with the whitelist fallback (SAC-LEGAL-1, SAC-LEGAL-2)."""
     prev = hist[:, -1]
-    comp = allowed.expand(len(hist), -1).clone()
-    rep = punct[prev].nonzero().flatten()
-    comp[rep, prev[rep]] = False  # no "，，" or "。。"
-    return legal_set(comp, eos_index=EOS, fallback=whitelist, min_legal=min_legal)
+    ids = torch.arange(allowed.numel(), device=hist.device)
+    repeat = punct[prev][:, None] & (ids == prev[:, None])  # no "，，" or "。。" (no host sync: works on any device)
+    return legal_set(allowed & ~repeat, eos_index=EOS, fallback=whitelist, min_legal=min_legal)
 
 
 __all__ = ["CharEnv", "EnvConfig", "NgramEncoder", "compliance_mask", "EOS", "PAD", "UNK"]

@@ -17,10 +17,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
-from reference_impl.sac.losses import (bc_loss, clamp_log_alpha, critic_loss, critic_loss_total, policy_loss_total,
-                                       temperature_loss)
-from reference_impl.sac.masking import entropy, masked_softmax, target_entropy
+from reference_impl.sac.backup import td_target, top_p_backup_fused, top_p_select, top_p_soft_value
+from reference_impl.sac.losses import (bc_loss, clamp_log_alpha, critic_head_fused, critic_loss, critic_loss_total,
+                                       policy_head_fused, policy_loss_total, temperature_loss)
+from reference_impl.sac.masking import PROB_EPS, entropy, masked_softmax, target_entropy
 from reference_impl.sac.updates import soft_update
 
 ORDER = ("critic", "policy", "temperature", "target")  # SAC-STEP-1
@@ -50,6 +50,8 @@ def _taken(q_all: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
 
 
 def _critic_phase(s: dict, b: dict, hp: dict) -> None:
+    if hp["fast"]:
+        return _critic_phase_fused(s, b, hp)
     alpha = s["log_alpha"].detach().exp()
     with torch.no_grad():
         pi_next = masked_softmax(s["policy"](b["next_obs"]), b["next_legal_mask"])  # SAC-MASK-1/2
@@ -71,7 +73,31 @@ def _critic_phase(s: dict, b: dict, hp: dict) -> None:
                     demo_share=b["is_demo"].to(y.dtype).mean())
 
 
+def _critic_phase_fused(s: dict, b: dict, hp: dict) -> None:
+    """The critic phase through the fused heads: the same formulas (its plain twin above is the oracle,
+    conformance_tests/test_sac_fastpaths.py), with no [B, |A|] temporaries besides the network outputs."""
+    alpha = s["log_alpha"].detach().exp()
+    with torch.no_grad():
+        q1_t, q2_t = s["target"](b["next_obs"])
+        v_next, cov = top_p_backup_fused(s["policy"](b["next_obs"]), q1_t, q2_t, b["next_legal_mask"], alpha=alpha,
+                                         p=hp["top_p"], eps=PROB_EPS)  # SAC-MASK-1/2, SAC-TOPP-1..4
+        del q1_t, q2_t
+        y = td_target(b["reward"], b["done"], v_next, gamma=hp["gamma"])  # SAC-TD-1
+    q1_all, q2_all = s["critic"](b["obs"])
+    kw = dict(legal_mask=b["legal_mask"], delta=hp["huber_delta"], lam_cql=hp["lambda_cql"], use_cql=hp["use_cql"])
+    l1, h1, c1 = critic_head_fused(q1_all, b["action"], y, **kw)  # SAC-CRITIC-2, critic 1
+    l2, h2, c2 = critic_head_fused(q2_all, b["action"], y, **kw)  # SAC-CRITIC-2, critic 2
+    q_min = torch.minimum(_taken(q1_all.detach(), b["action"]), _taken(q2_all.detach(), b["action"]))
+    del q1_all, q2_all
+    norm = _clipped_step(s["opt_q"], l1 + l2, s["critic"].parameters(), hp["grad_clip"])
+    s["out"].update(critic_grad_norm=norm, critic_loss=h1 + h2, cql_loss=c1 + c2, target_mean=y.mean(),
+                    q_mean=q_min.mean(), top_p_coverage=cov[:hp["kpi_rows"]].mean(),
+                    demo_share=b["is_demo"].to(y.dtype).mean())
+
+
 def _policy_phase(s: dict, b: dict, hp: dict) -> None:
+    if hp["fast"] and not hp["policy_use_topp"]:
+        return _policy_phase_fused(s, b, hp)
     alpha = s["log_alpha"].detach().exp()
     pi = masked_softmax(s["policy"](b["obs"]), b["legal_mask"])  # SAC-MASK-1/2
     with torch.no_grad():
@@ -86,13 +112,32 @@ def _policy_phase(s: dict, b: dict, hp: dict) -> None:
     s["out"].update(policy_grad_norm=norm, policy_loss=loss.detach() - bc_part, bc_loss=bc_part)
 
 
-def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
+def _policy_phase_fused(s: dict, b: dict, hp: dict) -> None:
+    """Option A policy phase through the fused head (oracle: the plain twin above)."""
+    logits = s["policy"](b["obs"])
+    with torch.no_grad():
+        q1, q2 = s["critic"](b["obs"])  # the critics as they are now (after the critic phase)
+    loss, pol, bc, ent = policy_head_fused(logits, q1, q2, b["legal_mask"], b["action"], b["is_demo"],
+                                           alpha=s["log_alpha"].detach().exp(), lam_bc=hp["lambda_bc"])  # SAC-POL-3
+    del q1, q2, logits
+    s["entropy_before_step"] = ent  # SAC-ENT-2 of the pre-step policy, for the temperature phase
+    norm = _clipped_step(s["opt_pi"], loss, s["policy"].parameters(), hp["grad_clip"])
+    s["out"].update(policy_grad_norm=norm, policy_loss=pol, bc_loss=bc)
+
+
+def _pre_step_entropy(s: dict, b: dict) -> torch.Tensor:
+    if "entropy_before_step" in s:
+        return s["entropy_before_step"]
     pi = s.get("pi_before_step")
     if pi is None:  # only a reordered (mutant) loop gets here before the policy phase
         with torch.no_grad():
             pi = masked_softmax(s["policy"](b["obs"]), b["legal_mask"])
+    return entropy(pi, b["legal_mask"])  # SAC-ENT-2
+
+
+def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
     rows = hp["all_rows"] or (lambda x: x)  # DDP: every rank's rows, so log α moves the same on every rank
-    H = rows(entropy(pi, b["legal_mask"]))  # SAC-ENT-2
+    H = rows(_pre_step_entropy(s, b))  # SAC-ENT-2
     H_tgt = rows(target_entropy(b["legal_mask"], kappa=hp["kappa"]).to(H.dtype))  # SAC-ENT-1
     loss = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
     s["opt_alpha"].zero_grad(set_to_none=True)
@@ -145,7 +190,7 @@ def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
                     lambda_cql: float = 0.5, use_cql: bool = True, policy_use_topp: bool = False,
                     huber_delta: float = 1.0, grad_clip: float = 0.5, alpha_min: float = 1e-4,
                     alpha_max: float = 2.0, kpi_rows: int | None = None,
-                    all_rows: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
+                    all_rows: Callable[[torch.Tensor], torch.Tensor] | None = None, fast: bool = True) -> dict:
         r"""One V2 update: critic step, policy step against the updated critics, temperature step on the
         entropy of the pre-step policy, soft target update; each network step clips its gradient norm.
 
@@ -153,7 +198,10 @@ def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
         The temperature rule is SAC-TEMP-2 on ``optimizers["alpha"]``: with SGD at rate η_α its step
         is exactly SAC-TEMP-1's. ``all_rows`` maps a per-row tensor to the rows of every rank
         (``distributed.gather_cat``) before the temperature step; the identity by default.
-        ``kpi_rows`` limits the Top-p coverage monitor to the first rows (None: all).
+        ``kpi_rows`` limits the Top-p coverage monitor to the first rows (None: all). ``fast`` runs the
+        critic phase and the option-A policy phase through the fused heads (``critic_head_fused``,
+        ``policy_head_fused``, ``top_p_backup_fused``); ``fast=False`` runs the plain formulas,
+        which are the fused ones' oracle.
 
         Returns floats: critic_loss (Huber share), cql_loss, policy_loss (L_π share), bc_loss,
         alpha_loss, critic/policy_grad_norm (before clipping), target_mean, q_mean (min of the twin
@@ -165,7 +213,7 @@ def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
         return run_phases(order, policy, critic, target, log_alpha, optimizers, batch, gamma=gamma, top_p=top_p,
                           kappa=kappa, tau=tau, lambda_bc=lambda_bc, lambda_cql=lambda_cql, use_cql=use_cql,
                           policy_use_topp=policy_use_topp, huber_delta=huber_delta, grad_clip=grad_clip,
-                          alpha_min=alpha_min, alpha_max=alpha_max, kpi_rows=kpi_rows, all_rows=all_rows)
+                          alpha_min=alpha_min, alpha_max=alpha_max, kpi_rows=kpi_rows, all_rows=all_rows, fast=fast)
 
     return update_step
 

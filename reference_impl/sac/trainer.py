@@ -1,6 +1,6 @@
 """Discrete max-entropy SAC on the char-level POMDP (seed 000 V2, the loop of §8), sized for a CPU.
 
-``rlconform train sac --out RUN [--updates N] [--resume] [--seed S] [--device cpu] [--dtype float32]``
+``rlconform train sac --out RUN [--preset cpu|full] [--updates N] [--resume] [--seed S] [--device cpu] [--dtype float32]``
 
 Per update: the B environments write one character each (the policy samples from the masked
 softmax; with probability ``teacher_ratio`` the teacher overrides and the step goes to the demo
@@ -8,12 +8,15 @@ buffer), then one gradient step on a ρ : (1-ρ) agent/demo batch: Top-p soft ba
 under no_grad, twin-Q Huber loss (+ CQL), expected policy loss (full legal set or Top-p) + BC on demo
 rows, temperature step on log α, soft target update. Every math line calls a pure function of
 ``reference_impl.sac`` and cites its clause. Held-out (later-January) text is evaluated every
-``eval_every`` updates: next-character top-1/top-3 hits and 4-gram coverage of free generation,
-against a unigram-frequency baseline.
+``eval_every`` updates: next-character top-1/top-3 hits, 4-gram coverage and paragraph
+consistency of free generation, against a unigram-frequency baseline (the figures of SAC-GATE-3
+and SAC-GATE-7; the multi-run gates -2 and -8 come from ``reference_impl.sac.suite``).
 
 The corpus, the environments and the replay buffers are CPU tensor code (the host side); the
-networks, action sampling and the update run on ``--device`` in ``--dtype``. Data-parallel:
-``torchrun --nproc_per_node N -m reference_impl.sac.trainer ...``: each process writes its own
+networks, the legal masks (built from the env's compliance tables, copied to the device once),
+action sampling and the update run on ``--device`` in ``--dtype``. The input guards check the
+first gradient step's batch and are then switched off (each guard reads a value back to the host).
+Data-parallel: ``torchrun --nproc_per_node N -m reference_impl.sac.trainer ...``: each process writes its own
 ``env.n_envs`` passages into its own buffers (per-rank seed), DDP averages the critic and policy
 gradients of the per-process batches, the temperature step sees the entropies of all ranks, and
 rank 0 evaluates and writes metrics and checkpoints (which hold every rank's buffers).
@@ -21,6 +24,7 @@ rank 0 evaluates and writes metrics and checkpoints (which hold every rank's buf
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import math
@@ -28,14 +32,16 @@ import time
 
 import torch
 
+from reference_impl import _checks
 from reference_impl.common import RunDir, progress, seed_everything
 from reference_impl.common import distributed as ddp
 from reference_impl.sac.corpus import UNK, Corpus, load_corpus
 from reference_impl.sac.data import dagger_teacher_ratio, mix_counts
 from reference_impl.sac.defaults import defaults
-from reference_impl.sac.env import CharEnv, EnvConfig
+from reference_impl.sac.env import CharEnv, EnvConfig, compliance_mask
 from reference_impl.sac.masking import masked_softmax
 from reference_impl.sac.nets import PolicyNet, TwinQ
+from reference_impl.sac.quality import attested_share, ngram_set, paragraph_consistency
 from reference_impl.sac.reward import ngram_coverage
 from reference_impl.sac.replay import Replay, merge
 from reference_impl.sac.step import update_step
@@ -89,6 +95,20 @@ class Config:
     dtype: str = "float32"  # dtype of the networks, log α and the update tensors (float32, float64, bfloat16)
 
 
+# Presets: "cpu" is the Config above (a few CPU minutes); "full" is the document's V2 sizes (§9) for a
+# GPU: d 128, GRU 256, batch 2048, lr 3e-4, rho 0.75, lambda_BC 0.1, DAgger over 200k steps, PopArt
+# beta 1e-3, on the whole corpus with every character in the vocabulary. The window m = 16 and the
+# counts of envs/evaluation rows are ours (§2 leaves m open). ``--set`` still overrides any field.
+PRESETS: dict[str, dict] = {
+    "cpu": {},
+    "full": {"d_model": 128, "gru_hidden": 256, "encoder": "gru", "batch_size": 2048, "lr_pi": 3e-4, "lr_q": 3e-4,
+             "rho": 0.75, "lambda_bc": 0.1, "dagger_horizon": 200_000, "vocab_size": 8000, "max_lines": None,
+             "buffer_capacity": 2_000_000, "learning_starts": 16_384, "eval_every": 2000, "ckpt_every": 2000,
+             "eval_positions": 16_384, "eval_passages": 256, "env.popart_beta": 1e-3, "env.n_envs": 1024,
+             "env.history": 16},
+}
+PRESET_UPDATES = {"cpu": 1200, "full": 200_000}  # default --updates of each preset
+
 # ---------------------------------------------------------------------------------------------- setup
 # SGD at rate η_α on temperature_loss (SAC-TEMP-2) moves log α by η_α·E[H_tgt − H]: SAC-TEMP-1's step
 ALPHA_OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
@@ -114,13 +134,21 @@ def build(cfg: Config, d: ddp.Dist, dtype: torch.dtype = torch.float32):
         "opt_pi": torch.optim.Adam(policy.parameters(), lr=cfg.lr_pi),
         "opt_q": torch.optim.Adam(critic.parameters(), lr=cfg.lr_q),
         "opt_alpha": ALPHA_OPTIMIZERS[cfg.alpha_optimizer]([log_alpha], lr=cfg.lr_alpha),
-        "env": CharEnv(corpus, corpus.train, cfg.env, generator=g),
+        "env": (env := CharEnv(corpus, corpus.train, cfg.env, generator=g)),
+        "legal": device_legal_mask(env, device),
         "agent_buf": Replay(cfg.buffer_capacity, cfg.env.history),
         "demo_buf": Replay(cfg.buffer_capacity, cfg.env.history),
         "count": {"env_steps": 0, "illegal": 0, "episodes": 0, "early": 0, "teacher": 0, "relabeled": 0,
                   "rejected": 0, "agent_steps": 0, "agent_bonus_hits": 0, "seconds": 0.0},
     }
     return s
+
+
+def device_legal_mask(env: CharEnv, device: torch.device):
+    """obs [N, m] on ``device`` -> A(s) [N, V] built there: the env's compliance tables copied once, so
+    no mask crosses the bus per update (SAC-LEGAL-1, SAC-LEGAL-2)."""
+    return functools.partial(compliance_mask, allowed=env.allowed.to(device), punct=env.c.punct.to(device),
+                             whitelist=env.whitelist.to(device), min_legal=env.cfg.min_legal)
 
 
 def _state(s: dict, update: int) -> dict | None:
@@ -162,8 +190,7 @@ def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
     """
     dev, dt = s["log_alpha"].device, s["log_alpha"].dtype
     b = {k: v.to(dev, dt) if v.is_floating_point() else v.to(dev) for k, v in batch.items()}
-    b["legal_mask"] = s["env"].legal_mask(batch["obs"]).to(dev)  # the masks are host-side env code
-    b["next_legal_mask"] = s["env"].legal_mask(batch["next_obs"]).to(dev)
+    b["legal_mask"], b["next_legal_mask"] = s["legal"](b["obs"]), s["legal"](b["next_obs"])  # built on the device
     opts = {"q": s["opt_q"], "pi": s["opt_pi"], "alpha": s["opt_alpha"]}
     return update_step(s["ddp_policy"], s["ddp_critic"], s["target"], s["log_alpha"], opts, b, gamma=cfg.gamma,
                        top_p=cfg.top_p, kappa=cfg.kappa, tau=cfg.tau, lambda_bc=cfg.lambda_bc,
@@ -216,9 +243,14 @@ def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config) -> dict:
             break
     cov = [ngram_coverage(ev.agent_text[b], ev.ref_text[b], n=cfg.eval_ngram, window=cfg.eval_len)
            for b in range(cfg.eval_passages)]  # SAC-COV-1 with n = 4 on held-out text
-    return {"top1_hit": float(hit1.float().mean()), "top3_hit": float(hit3.float().mean()),
-            "coverage": sum(cov) / len(cov), "dirty_tail": int(tail_dirty.sum()),
-            "sample": ev.agent_text[0][-cfg.eval_len:]}
+    written = [a[len(r) - t:] for a, r, t in zip(ev.agent_text, ev.ref_text, ev.t.tolist())]  # without the prime
+    cons = [paragraph_consistency(text, corpus.lexicon) for text in written]  # our score of SAC-GATE-7
+    attested = ngram_set(corpus.decode(held), cfg.eval_ngram)  # every 4-gram of the held-out split
+    att = [attested_share(text, attested, cfg.eval_ngram) for text in written]  # a diagnostic, not gated
+    hits = torch.stack([hit1.float().mean(), hit3.float().mean(), tail_dirty.sum().float()]).tolist()
+    return {"top1_hit": hits[0], "top3_hit": hits[1], "coverage": sum(cov) / len(cov),
+            "consistency": sum(cons) / len(cons), "heldout_4gram_share": sum(att) / len(att),
+            "dirty_tail": int(hits[2]), "sample": written[0]}
 
 
 # ---------------------------------------------------------------------------------------------- the loop
@@ -232,11 +264,16 @@ def _lend_quota(n_agent: int, n_demo: int, have_agent: int, have_demo: int) -> t
     return n_agent, n_demo
 
 
+GATE3_FIGURES = ("top1_hit", "top3_hit", "coverage")  # §10: each must beat the baseline by 10 points
+
+
 def _eval_record(s: dict, base: dict, baseline: dict, cfg: Config, device: str, t0: float) -> dict:
     """Held-out figures of the current policy, the baseline's, and the smallest gain in points."""
     ev = evaluate(_scores_policy(s["policy"], device), s["corpus"], cfg.env, cfg)
-    gains = [ev["top1_hit"] - base["top1_hit"], ev["top3_hit"] - base["top3_hit"], ev["coverage"] - base["coverage"]]
-    return {**ev, **baseline, "ood_gain_pp": 100 * min(gains), "minutes": (time.time() - t0) / 60}
+    gains = [ev[k] - base[k] for k in GATE3_FIGURES]
+    return {**ev, **baseline, "ood_gain_pp": 100 * min(gains),  # SAC-GATE-3: the smallest of the three gains
+            "consistency_gain_pp": 100 * (ev["consistency"] - base["consistency"]),  # SAC-GATE-7
+            "minutes": (time.time() - t0) / 60}
 
 
 def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: str = "cpu") -> list[dict]:
@@ -249,74 +286,85 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
     env, corpus, g, cnt = s["env"], s["corpus"], s["g"], s["count"]
     if d.is_writer:  # rank 0 evaluates; the others only train
         base = evaluate(_scores_unigram(corpus), corpus, cfg.env, cfg)  # unigram-frequency baseline
-        baseline = {f"baseline_{k}": base[k] for k in ("top1_hit", "top3_hit", "coverage")}
+        baseline = {f"baseline_{k}": base[k] for k in (*GATE3_FIGURES, "consistency", "heldout_4gram_share")}
     obs, B, t0 = env.observe(), cfg.env.n_envs, time.time() - cnt["seconds"]  # minutes carry over a resume
-    last = {}
+    last, guards_off = {}, False
     if start == 0 and d.is_writer:  # the untrained policy: the start of every learning curve
         rec0 = _eval_record(s, base, baseline, cfg, device, t0)
         rec0.pop("sample")
         rd.log(update=0, **rec0)
-    for update in progress(range(start + 1, updates + 1), total=updates - start, desc="sac", initial=0,
-                           disable=None if d.is_writer else True):
-        # --- act: the masked, ε-clipped softmax of the policy, sampled on the device; the teacher
-        # (host side) overrides a share of rows
-        ratio = dagger_teacher_ratio(cnt["env_steps"], start=cfg.dagger_start, end=cfg.dagger_end,
-                                     horizon=cfg.dagger_horizon)  # SAC-DAGGER-1
-        with torch.no_grad():
-            pi = masked_softmax(s["policy"](obs.to(device)), env.legal_mask().to(device))  # SAC-MASK-1, SAC-MASK-2
-            action = torch.multinomial(pi.float(), 1, generator=s["g_act"]).squeeze(1).cpu()  # one transfer per step
-        teacher = torch.rand(B, generator=g, device=HOST) < ratio
-        next_obs, reward, done, info = env.step(action, teacher)
+    with contextlib.ExitStack() as stack:  # holds validation(False) once the first batch has passed; undone on exit
+        for update in progress(range(start + 1, updates + 1), total=updates - start, desc="sac", initial=0,
+                               disable=None if d.is_writer else True):
+            # --- act: the masked, ε-clipped softmax of the policy, sampled on the device; the teacher
+            # (host side) overrides a share of rows
+            ratio = dagger_teacher_ratio(cnt["env_steps"], start=cfg.dagger_start, end=cfg.dagger_end,
+                                         horizon=cfg.dagger_horizon)  # SAC-DAGGER-1
+            with torch.no_grad():
+                o_dev = obs.to(device)
+                pi = masked_softmax(s["policy"](o_dev), s["legal"](o_dev))  # SAC-MASK-1, SAC-MASK-2
+                action = torch.multinomial(pi.float(), 1, generator=s["g_act"]).squeeze(1).cpu()  # one transfer per step
+            teacher = torch.rand(B, generator=g, device=HOST) < ratio
+            next_obs, reward, done, info = env.step(action, teacher)
 
-        # --- dual buffer: teacher steps are demo rows (is_demo = 1), the rest agent rows
-        demo = info["is_teacher"]
-        tr = {"obs": obs, "action": info["action"], "reward": reward, "next_obs": next_obs, "done": done,
-              "is_demo": demo, "is_relabeled": info["is_relabeled"]}
-        s["demo_buf"].add(**{k: v[demo] for k, v in tr.items()})
-        s["agent_buf"].add(**{k: v[~demo] for k, v in tr.items()})
-        counts = torch.stack([info["illegal"].sum(), done.sum(), info["early"].sum(), demo.sum(),
-                              info["is_relabeled"].sum(), info["teacher_rejected"].sum(), (~demo).sum(),
-                              ((info["bonus"] > 0) & ~demo).sum()]).tolist()  # host tensors, one conversion
-        cnt["env_steps"] += B
-        for key, n in zip(("illegal", "episodes", "early", "teacher", "relabeled", "rejected", "agent_steps",
-                           "agent_bonus_hits"), counts):  # agent_bonus_hits: the agent's own bigrams
-            cnt[key] += int(n)
-        obs = env.reset(done)
+            # --- dual buffer: teacher steps are demo rows (is_demo = 1), the rest agent rows
+            demo = info["is_teacher"]
+            tr = {"obs": obs, "action": info["action"], "reward": reward, "next_obs": next_obs, "done": done,
+                  "is_demo": demo, "is_relabeled": info["is_relabeled"]}
+            s["demo_buf"].add(**{k: v[demo] for k, v in tr.items()})
+            s["agent_buf"].add(**{k: v[~demo] for k, v in tr.items()})
+            counts = torch.stack([info["illegal"].sum(), done.sum(), info["early"].sum(), demo.sum(),
+                                  info["is_relabeled"].sum(), info["teacher_rejected"].sum(), (~demo).sum(),
+                                  ((info["bonus"] > 0) & ~demo).sum()]).tolist()  # host tensors, one conversion
+            cnt["env_steps"] += B
+            for key, n in zip(COUNTS, counts):
+                cnt[key] += n  # ints already: the stack above is a long tensor
+            obs = env.reset(done)
 
-        # --- learn on a ρ : (1 - ρ) agent/demo batch (every rank has the same number of rows stored)
-        tot = ddp.reduce_metrics({k: v for k, v in cnt.items() if k != "seconds"}, d,
-                                 total=[k for k in cnt if k != "seconds"])  # counts of all ranks
-        rec = {"update": update, "env_steps": tot["env_steps"], "teacher_ratio": ratio,
-               "reward_mean": float(reward.mean()), **env.popart_stats(),
-               "illegal_rate": tot["illegal"] / tot["env_steps"],
-               "early_termination_rate": tot["early"] / max(tot["episodes"], 1),
-               "relabel_rate": tot["relabeled"] / max(tot["teacher"], 1),
-               "teacher_reject_rate": tot["rejected"] / max(tot["teacher"] + tot["rejected"], 1),
-               "bigram_hit_rate": tot["agent_bonus_hits"] / max(tot["agent_steps"], 1)}
-        if len(s["agent_buf"]) + len(s["demo_buf"]) >= cfg.learning_starts:
-            n_agent, n_demo = mix_counts(cfg.batch_size, rho=cfg.rho)  # SAC-MIX-1
-            n_agent, n_demo = _lend_quota(n_agent, n_demo, len(s["agent_buf"]), len(s["demo_buf"]))
-            batch = merge(s["agent_buf"].sample(n_agent, g) if n_agent else None,
-                          s["demo_buf"].sample(n_demo, g) if n_demo else None)
-            rec.update(sac_update(s, batch, cfg))
-        rec = ddp.reduce_metrics(rec, d)  # rank means of the float metrics (the rates above are already global)
-        if d.is_writer and (update % cfg.eval_every == 0 or update == updates):
-            rec.update(_eval_record(s, base, baseline, cfg, device, t0))
-            last = {**rec}
-            rec.pop("sample")
-        rd.log(**rec)
-        if update % cfg.ckpt_every == 0 or update == updates:
-            cnt["seconds"] = time.time() - t0
-            state = _state(s, update)  # a collective: every rank hands over its buffers
-            if state is not None:
-                rd.save(state)
+            # --- learn on a ρ : (1 - ρ) agent/demo batch (every rank has the same number of rows stored)
+            tot = ddp.reduce_metrics({k: v for k, v in cnt.items() if k != "seconds"}, d,
+                                     total=[k for k in cnt if k != "seconds"])  # counts of all ranks
+            rec = {"update": update, "env_steps": tot["env_steps"], "teacher_ratio": ratio,
+                   **env.popart_stats(reward),
+                   "illegal_rate": tot["illegal"] / tot["env_steps"],
+                   "early_termination_rate": tot["early"] / max(tot["episodes"], 1),
+                   "relabel_rate": tot["relabeled"] / max(tot["teacher"], 1),
+                   "teacher_reject_rate": tot["rejected"] / max(tot["teacher"] + tot["rejected"], 1),
+                   "bigram_hit_rate": tot["agent_bonus_hits"] / max(tot["agent_steps"], 1)}
+            if len(s["agent_buf"]) + len(s["demo_buf"]) >= cfg.learning_starts:
+                n_agent, n_demo = mix_counts(cfg.batch_size, rho=cfg.rho)  # SAC-MIX-1
+                n_agent, n_demo = _lend_quota(n_agent, n_demo, len(s["agent_buf"]), len(s["demo_buf"]))
+                batch = merge(s["agent_buf"].sample(n_agent, g) if n_agent else None,
+                              s["demo_buf"].sample(n_demo, g) if n_demo else None)
+                rec.update(sac_update(s, batch, cfg))
+                if not guards_off:  # the first batch passed every input guard: the hot loop runs without them
+                    stack.enter_context(_checks.validation(False))
+                    guards_off = True
+            rec = ddp.reduce_metrics(rec, d)  # rank means of the float metrics (the rates above are already global)
+            if d.is_writer and (update % cfg.eval_every == 0 or update == updates):
+                rec.update(_eval_record(s, base, baseline, cfg, device, t0))
+                last = {**rec}
+                rec.pop("sample")
+            rd.log(**rec)
+            if update % cfg.ckpt_every == 0 or update == updates:
+                cnt["seconds"] = time.time() - t0
+                state = _state(s, update)  # a collective: every rank hands over its buffers
+                if state is not None:
+                    rd.save(state)
     return [last] if last else []
+
+
+# the agent_bonus_hits count is the agent's own lexicon bigrams (SAC-BIGRAM-1), for bigram_hit_rate
+COUNTS = ("illegal", "episodes", "early", "teacher", "relabeled", "rejected", "agent_steps", "agent_bonus_hits")
 
 
 def cli(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="rlconform train sac", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="run directory (config.json, metrics.jsonl, checkpoint.pt)")
-    p.add_argument("--updates", "--steps", dest="updates", type=int, default=1200, help="total updates (one env step of all envs + one gradient step each)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
+                   help="cpu: sized for a few CPU minutes (default); full: the V2 sizes of the document, for a GPU")
+    p.add_argument("--updates", "--steps", dest="updates", type=int, default=None,
+                   help="total updates (one env step of all envs + one gradient step each; default: the preset's)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="device of the networks, sampling and update (cuda: cuda:LOCAL_RANK per process)")
@@ -334,7 +382,7 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any Config field (env fields as env.NAME), value parsed as a Python literal")
     a = p.parse_args(argv)
-    cfg = Config(seed=a.seed)
+    cfg = apply_overrides(Config(seed=a.seed), [f"{k}={v!r}" for k, v in PRESETS[a.preset].items()])
     for flag, field in (("n_envs", "env.n_envs"), ("batch_size", "batch_size"), ("vocab_size", "vocab_size"),
                         ("eval_every", "eval_every"), ("ckpt_every", "ckpt_every"),
                         ("alpha_optimizer", "alpha_optimizer"), ("teacher_mode", "env.teacher_mode"),
@@ -346,13 +394,15 @@ def cli(argv: list[str] | None = None) -> int:
     if a.policy_topp:
         a.set.append("policy_use_topp=True")
     cfg = apply_overrides(cfg, a.set)
-    last = train(cfg, a.out, updates=a.updates, resume=a.resume, device=a.device)
+    updates = PRESET_UPDATES[a.preset] if a.updates is None else a.updates
+    last = train(cfg, a.out, updates=updates, resume=a.resume, device=a.device)
     ddp.teardown()
     if last:
         r = last[0]
         print(f"update {r['update']}: top1 {r['top1_hit']:.3f} (unigram {r['baseline_top1_hit']:.3f}), "
               f"top3 {r['top3_hit']:.3f} (unigram {r['baseline_top3_hit']:.3f}), 4-gram coverage "
-              f"{r['coverage']:.3f} (unigram {r['baseline_coverage']:.3f}), alpha {r.get('alpha', float('nan')):.3g}")
+              f"{r['coverage']:.3f} (unigram {r['baseline_coverage']:.3f}), consistency {r['consistency']:.3f} "
+              f"(unigram {r['baseline_consistency']:.3f}), alpha {r.get('alpha', float('nan')):.3g}")
         print("sample:", r["sample"].replace("\n", "⏎"))
     return 0
 

@@ -31,10 +31,12 @@ from rlconform.spec import Spec, default_spec
 # Exit codes of `rlconform audit` (documented in the README).
 EXIT_OK, EXIT_MUST_FAILED, EXIT_USAGE, EXIT_IMPL, EXIT_SUITE = 0, 1, 2, 3, 4
 
-STATUSES = ("fail", "error", "timeout", "expected_fail", "not_run", "untested", "pass", "not_applicable")
+# ``deviation``: the clause passes, but only under conventions the implementation declares otherwise than
+# the seeds (spec/conventions.yaml); never a failure, listed right after the findings.
+STATUSES = ("fail", "error", "timeout", "deviation", "expected_fail", "not_run", "untested", "pass", "not_applicable")
 FAILED = ("fail", "error", "timeout")
 _ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT", "expected_fail": "XFAIL",
-         "not_applicable": "N/A", "not_run": "NOT RUN", "untested": "UNTESTED"}
+         "not_applicable": "N/A", "not_run": "NOT RUN", "untested": "UNTESTED", "deviation": "DEVIATION"}
 # How much a failing test tells a reader: a hand-computed golden value first, a property last.
 _KIND_RANK = {"golden": 0, "example": 1, "property": 2}
 _STATUS_RANK = {"error": 0, "timeout": 1, "fail": 2, "expected_fail": 3}
@@ -296,10 +298,20 @@ def _fold(outcomes: list[str]) -> str:
         return "untested"
     if all(o in ("not_applicable", "skipped") for o in outcomes):
         return "not_applicable"
-    for status in ("error", "timeout", "fail", "expected_fail", "not_run"):
+    for status in ("error", "timeout", "fail", "expected_fail", "not_run", "deviation"):
         if status in outcomes:
             return status
     return "pass"
+
+
+def _clause_deviations(tests: list[tuple[str, dict]]) -> list[dict]:
+    """The declared conventions a clause's tests followed, one entry per convention (tests counted)."""
+    out: dict[str, dict] = {}
+    for _, t in tests:
+        for d in t.get("deviations") or ():
+            entry = out.setdefault(d["convention"], {**d, "tests": 0})
+            entry["tests"] += 1
+    return [out[k] for k in sorted(out)]
 
 
 def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
@@ -359,10 +371,13 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
             entry: dict[str, Any] = {
                 "id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind,
                 "status": _fold(outcomes), "tests": len(tests),
-                "passed": outcomes.count("pass") + outcomes.count("xpass"),
+                "passed": outcomes.count("pass") + outcomes.count("xpass") + outcomes.count("deviation"),
                 "not_applicable_tests": outcomes.count("not_applicable"),
                 "not_run_tests": outcomes.count("not_run"),
             }
+            devs = _clause_deviations(tests)
+            if devs:
+                entry["deviations"] = devs
             failing = _failing_tests(tests)
             if failing:
                 first = failing[0]
@@ -467,6 +482,24 @@ def _finding_line(c: dict) -> str:
     return f"- **{c['id']}** ({c['level']}) {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}{tail}"
 
 
+def _cell(x: Any) -> str:
+    return (json.dumps(x) if isinstance(x, (dict, list)) else str(x)).replace("|", "\\|")
+
+
+def _deviation_section(clauses: list[dict]) -> list[str]:
+    """The clauses that pass only under declared conventions: convention, declared and seed values, consequence."""
+    rows = [(c, d) for c in clauses if c["status"] == "deviation" for d in c.get("deviations", [])]
+    if not rows:
+        return []
+    out = ["", "## Deviations", "",
+           "Declared departures from the seeds' conventions (spec/conventions.yaml); the normative part of each "
+           "clause was still checked.", "",
+           "| clause | convention | declared | seed | consequence |", "|---|---|---|---|---|"]
+    out += [f"| {c['id']} | {d['convention']} | {_cell(d['declared'])} | {_cell(d['seed'])} | {_cell(d['consequence'])} |"
+            for c, d in rows]
+    return out
+
+
 def render_checklist(report: dict, spec: Spec | None = None) -> str:
     """The grey-release checklist as Markdown: the verdict and findings first, then checklist and tables."""
     spec = spec or default_spec()
@@ -491,6 +524,7 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
     findings.sort(key=lambda c: (c["level"] != "MUST", _STATUS_RANK.get(c["status"], 9), c["id"]))
     if findings:
         out += ["", "## Findings", ""] + [_finding_line(c) for c in findings]
+    out += _deviation_section(report["clauses"])
     for st, head in (("not_run", "Not run"), ("untested", "No test in this suite")):
         ids = [c["id"] for c in report["clauses"] if c["status"] == st]
         if ids:
@@ -503,14 +537,14 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
             if not sts:
                 continue
             any_items = True
-            ok = all(s in ("pass", "expected_fail", "not_applicable") for s in sts)
+            ok = all(s in ("pass", "deviation", "expected_fail", "not_applicable") for s in sts)
             na = all(s == "not_applicable" for s in sts)
             box = "n/a" if na else ("x" if ok else " ")
             refs = ", ".join(f"{c} {_ICON[status[c]['status']]}" for c in item.clauses if c in status)
             out.append(f"- [{box}] **{item.title}** ({fam}): {refs}")
     if not any_items:
         out.append("(no checklist item applies to this run)")
-    rank = {"fail": 0, "error": 0, "timeout": 0, "expected_fail": 2, "not_run": 2, "untested": 2, "pass": 3,
+    rank = {"fail": 0, "error": 0, "timeout": 0, "deviation": 1, "expected_fail": 2, "not_run": 2, "untested": 2, "pass": 3,
             "not_applicable": 4}
     for fam, fspec in spec.families.items():
         rows = [c for c in report["clauses"] if c["family"] == fam]
@@ -530,7 +564,7 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
         out += ["", f"> warning: {w}"]
     s = summ
     out += ["", f"**Summary:** {s['clauses']} clauses: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
-            f"{s['timeout']} timeout, {s['expected_fail']} expected failures, {s['not_applicable']} not applicable, "
+            f"{s['timeout']} timeout, {s.get('deviation', 0)} deviation, {s['expected_fail']} expected failures, {s['not_applicable']} not applicable, "
             f"{s['not_run']} not run, {s['untested']} untested; MUST failures: {len(s['must_failed'])}"
             + (f" ({', '.join(s['must_failed'])})" if s["must_failed"] else "") + "."]
     return "\n".join(out) + "\n"

@@ -12,6 +12,7 @@ from rlconform.spec import FAMILIES, SpecError, default_spec
 # Trainers: ``rlconform train NAME ...`` calls ``module:function(argv)``.
 TRAINERS = {
     "sac": "reference_impl.sac.trainer:cli",
+    "sac-suite": "reference_impl.sac.suite:main",
     "ppo": "reference_impl.ppo.trainer:cli",
     "mappo": "reference_impl.ppo.mappo_trainer:cli",
     "isreshape": "reference_impl.isreshape.trainer:cli",
@@ -278,14 +279,17 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=MATRIX_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     mx.add_argument("--library", action="append", help="audit only this library (repeatable; default: every "
                                                        "installed one: torchrl, tianshou, sb3-contrib, trl, verl)")
-    mx.add_argument("--out", default="rlconform-matrix", help="output directory (default: ./rlconform-matrix); "
-                                                              "finding pages are read from OUT/findings/")
+    mx.add_argument("--out", default="rlconform-matrix", help="output directory (default: ./rlconform-matrix)")
+    mx.add_argument("--findings", default=None, help="directory of finding pages (default: OUT/findings if it "
+                                                     "exists, else the checkout's docs/audits/findings)")
     mx.add_argument("--check", action="store_true", help="compare findings and deviations with the pins "
                                                          "(conformance_tests/adapters/pins.yaml); exit 1 on a difference")
     mx.add_argument("--from", dest="from_json", default=None, metavar="MATRIX_JSON",
                     help="re-read the finding pages beside an existing matrix.json, rewrite it and "
                          "matrix.md, and check it, instead of running the audits (implies --check)")
-    mx.add_argument("--profile", default="ci", choices=("ci", "release"))
+    mx.add_argument("--profile", default="ci", choices=("ci", "release", "mutant"),
+                    help="hypothesis profile; 'mutant' draws the same examples as 'ci' without shrinking a failure, "
+                         "so its cells equal ci's in a fraction of the time (the right choice for --check)")
     mx.add_argument("--jobs", type=int, default=None, help="run each audit's tests in N processes (pytest-xdist)")
     mx.add_argument("--timeout", type=float, default=None, help="seconds one test may take (default 120)")
 
@@ -327,7 +331,8 @@ def _cmd_matrix(args) -> int:
             matrix.adapter(lib)  # KeyError -> usage error below
     if args.from_json:
         src = Path(args.from_json)
-        m = matrix.refresh(json.loads(src.read_text(encoding="utf-8")), src.parent / "findings")
+        m = matrix.refresh(json.loads(src.read_text(encoding="utf-8")),
+                           Path(args.findings) if args.findings else matrix.default_findings(src.parent))
         matrix.write(m, src.parent)  # finding pages may have been added since the run
     else:
         out = Path(args.out)
@@ -338,7 +343,8 @@ def _cmd_matrix(args) -> int:
         with _AuditProgress() as progress:
             try:
                 m = matrix.run(args.library, out, profile=args.profile, jobs=args.jobs, timeout=args.timeout,
-                               on_library=say, on_event=progress)
+                               findings=Path(args.findings) if args.findings else None, on_library=say,
+                               on_event=progress)
             except audit.SuiteError as e:
                 print(f"rlconform matrix: an audit could not run (exit {audit.EXIT_SUITE}): {e}", file=sys.stderr)
                 return audit.EXIT_SUITE

@@ -142,3 +142,57 @@ def read_metrics(path: str | Path) -> tuple[str, list[dict], list[str]]:
             for where, rec in zip(places, records):
                 _number(rec.get(clause.gate["metric"]), where, clause.gate["metric"])
     return family, records, warnings
+
+
+# ---------------------------------------------------------------------------------------------- several runs
+# Gates over several runs (SAC-GATE-2: independent seeds; SAC-GATE-8: ablations) have no per-update
+# metric. These helpers turn finished runs into the one record such gates read, so `rlconform gate`
+# judges a suite summary exactly like a single run.
+
+def divergence(records: list[Mapping[str, Any]], *, losses: Iterable[str], trend: str) -> str | None:
+    """Why a run diverged, or None: a non-finite value of any ``losses`` metric, or the ``trend`` loss
+    not going down (its median over the last quarter of the logged values above that of the first).
+    """
+    for key in losses:
+        for r in records:
+            v = r.get(key)
+            if v is not None and not math.isfinite(float(v)):
+                return f"{key} = {v} at update {r.get('update')}"
+    vals = [float(r[trend]) for r in records if r.get(trend) is not None]
+    if len(vals) < 4:
+        return f"only {len(vals)} value(s) of {trend}: no trend to judge"
+    q = len(vals) // 4
+    first, last = statistics.median(vals[:q]), statistics.median(vals[-q:])
+    if last > first:
+        return f"{trend} rose: median {first:.4g} over the first quarter, {last:.4g} over the last"
+    return None
+
+
+def shortfall(figure: float, op: str, threshold: Any) -> float:
+    """How far ``figure`` is on the failing side of the gate (negative: the margin by which it passes)."""
+    if op == "in":
+        lo, hi = threshold
+        return max(lo - figure, figure - hi)
+    if op == "==":
+        return abs(figure - threshold)
+    return threshold - figure if op in (">", ">=") else figure - threshold
+
+
+def pooled_figures(runs: list[list[Mapping[str, Any]]], family: str, spec: Spec | None = None) -> dict[str, float]:
+    """One figure per gated metric for several runs of one configuration: the worst run's (the largest
+    shortfall; a non-finite figure is worst of all), so the pooled record passes only if every run does."""
+    per_run = [evaluate(r, family, spec) for r in runs]
+    out = {}
+    for results in zip(*per_run):
+        known = [res for res in results if res.verdict != "missing"]
+        if known:
+            g = known[0].clause.gate
+            worst = max(known, key=lambda res: math.inf if not math.isfinite(res.figure)
+                        else shortfall(res.figure, g["op"], g["threshold"]))
+            out[g["metric"]] = worst.figure
+    return out
+
+
+def ablation_drops(full: float, ablated: Mapping[str, float]) -> dict[str, float]:
+    """Percentage-point drop of a key metric (a share in [0, 1]) from the full run to each ablation."""
+    return {name: 100 * (full - value) for name, value in ablated.items()}

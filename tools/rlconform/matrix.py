@@ -26,7 +26,9 @@ CELLS = ("fail", "deviation", "pass", "not_applicable", "not_run")
 _SYMBOL = {"fail": "✗", "deviation": "≈", "pass": "✓", "not_applicable": "–", "not_run": "?"}
 _LABEL = {"fail": "finding", "deviation": "declared deviation", "pass": "pass", "not_applicable": "not applicable",
           "not_run": "not run"}
-PINS = Path(__file__).resolve().parents[2] / "conformance_tests" / "adapters" / "pins.yaml"
+_ROOT = Path(__file__).resolve().parents[2]
+PINS = _ROOT / "conformance_tests" / "adapters" / "pins.yaml"
+FINDINGS = _ROOT / "docs" / "audits" / "findings"  # the published finding pages (a source checkout)
 _PINS_SCHEMA = {"type": "object", "additionalProperties": {
     "type": "object", "additionalProperties": False,
     "properties": {k: {"type": "array", "items": {"type": "string"}} for k in ("findings", "deviations")}}}
@@ -133,6 +135,10 @@ def build(columns: dict[str, dict], spec: Spec, findings_dir: Path, stamp: dict)
                         for c in spec.clauses.values() if not c.deprecated]}
 
 
+def default_findings(out: Path) -> Path:
+    return out / "findings" if (out / "findings").is_dir() else FINDINGS
+
+
 def refresh(matrix: dict, findings_dir: Path) -> dict:
     """The same matrix with its finding pages looked up again (after pages were added or renamed)."""
     pages = finding_pages(findings_dir)
@@ -217,9 +223,12 @@ def check(matrix: dict, pins: dict[str, dict[str, list[str]]]) -> list[str]:
 
 
 def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs: int | None = None,
-        timeout: float | None = None, on_library: Callable[[str, str], None] | None = None,
-        on_event: Callable[[dict], None] | None = None) -> dict:
-    """Audit the chosen (default: every installed) library and write matrix.json / matrix.md under ``out``."""
+        timeout: float | None = None, findings: Path | None = None,
+        on_library: Callable[[str, str], None] | None = None, on_event: Callable[[dict], None] | None = None) -> dict:
+    """Audit the chosen (default: every installed) library and write matrix.json / matrix.md under ``out``.
+
+    Finding pages are looked up in ``findings`` (default: ``out/findings`` if it exists, else the
+    published pages of the checkout)."""
     from conformance_tests.preflight import PreflightError, run as preflight
     from rlconform import audit
     from rlconform.provenance import stamp as make_stamp
@@ -250,13 +259,18 @@ def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs
         payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit)
         report = audit.clause_report(payload)
         audit.write_report(report, lib_out)
-        info.update(families=families, exit_code=report["summary"]["exit_code"],
+        info.update(families=families, audited=report["run_info"].get("finished"), exit_code=report["summary"]["exit_code"],
                     verdict=report["summary"]["verdict"], seconds=round(payload["finished"] - payload["started"], 1))
         columns[a.library] = info | {"cells": library_column(report, spec)}
         _say(on_library, a.library, f"exit {info['exit_code']}: {info['verdict']} ({info['seconds']} s)")
-    stamp = make_stamp(packages=[d for a in chosen for d in a.distributions],
+    previous = out / "matrix.json"
+    if libraries and previous.exists():  # re-auditing some libraries keeps the others' columns
+        kept = json.loads(previous.read_text(encoding="utf-8"))["libraries"]
+        columns = {lib: info for lib, info in kept.items() if lib not in columns} | columns
+        columns = {a.library: columns[a.library] for a in ADAPTERS if a.library in columns}
+    stamp = make_stamp(packages=[d for a in ADAPTERS if a.library in columns for d in a.distributions],
                        extra={"profile": profile})
-    matrix = build(columns, spec, out / "findings", stamp)
+    matrix = build(columns, spec, findings or default_findings(out), stamp)
     write(matrix, out)
     return matrix
 

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 REPO = Path(__file__).resolve().parents[2]
 AUDIT_ENV = "RLCONFORM_AUDIT_REPORT"
@@ -106,6 +106,114 @@ def fmt_value(v: Any) -> str:
 def indent(block: str, n: int = 4) -> str:
     pad = " " * n
     return "\n".join(pad + ln if ln.strip() else "" for ln in block.splitlines())
+
+
+# ------------------------------------------------------------------------------- plain text
+# TeX control words a reader can read as one character (headings, TOC entries and search previews
+# are plain text: MathJax typesets only page bodies).
+_TEX_WORDS = {
+    "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε", "varepsilon": "ε", "zeta": "ζ",
+    "eta": "η", "theta": "θ", "kappa": "κ", "lambda": "λ", "mu": "μ", "nu": "ν", "xi": "ξ", "pi": "π",
+    "rho": "ρ", "sigma": "σ", "tau": "τ", "phi": "φ", "varphi": "φ", "chi": "χ", "psi": "ψ", "omega": "ω",
+    "Gamma": "Γ", "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ", "Pi": "Π", "Sigma": "Σ", "Phi": "Φ", "Psi": "Ψ",
+    "Omega": "Ω", "nabla": "∇", "partial": "∂", "sum": "Σ", "prod": "∏", "infty": "∞", "cdot": "·",
+    "times": "×", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "approx": "≈",
+    "to": "→", "rightarrow": "→", "leftarrow": "←", "Rightarrow": "⇒", "mapsto": "↦", "in": "∈",
+    "notin": "∉", "subseteq": "⊆", "cup": "∪", "cap": "∩", "sim": "~", "mid": "|", "pm": "±", "ll": "≪",
+    "gg": "≫", "sqrt": "√", "propto": "∝", "equiv": "≡", "ldots": "…", "cdots": "⋯", "dots": "…",
+    "lbrace": "{", "rbrace": "}", "{": "{", "}": "}", "%": "%", "_": "_", "&": "&", "|": "‖",
+}
+_TEX_SPACE = {",", ";", ":", "!", " ", "quad", "qquad"}
+_TEX_DROP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr", "displaystyle",
+             "limits", "nolimits"}
+_TEX_ARG = re.compile(r"\\(?:text|mathrm|operatorname|mathcal|mathbf|mathbb|mathit|boldsymbol|bm|mathsf|"
+                      r"hat|bar|tilde|overline|widehat|vec)\s*\{([^{}]*)\}")
+_TEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+
+
+def tex_to_text(tex: str) -> str:
+    """A TeX formula as readable Unicode text (``\\frac{a}{b}`` → ``(a)/(b)``, ``\\alpha`` → ``α``)."""
+    s = tex
+    for _ in range(4):  # nested \frac and \mathrm{..} unwrap from the inside out
+        s = _TEX_ARG.sub(r"\1", s)
+        s = _TEX_FRAC.sub(lambda m: f"({m.group(1)})/({m.group(2)})", s)
+
+    def word(m: re.Match) -> str:
+        w = m.group(1)
+        if w in _TEX_SPACE:
+            return " "
+        if w in _TEX_DROP:
+            return ""
+        if w in ("log", "exp", "min", "max", "sin", "cos", "tanh", "sech", "arg", "clamp", "sg", "lim"):
+            return w + " "
+        return _TEX_WORDS.get(w, w)
+
+    s = re.sub(r"\\([A-Za-z]+|.)", word, s)
+    s = re.sub(r"([_^])\{([^{}]*)\}", r"\1\2", s)
+    s = s.replace("{", "").replace("}", "").replace("~", " ")
+    return " ".join(s.split())
+
+
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+
+
+def plain(s: Any) -> str:
+    """Markdown/TeX source as plain text: math written out, emphasis markers and HTML tags dropped."""
+    s = re.sub(r"</?[A-Za-z][^>]*>", "", str(s))
+    s = _MATH_SPAN.sub(lambda m: tex_to_text(next(g for g in m.groups() if g is not None)), s)
+    s = re.sub(r"(\*\*|__)(.+?)\1", r"\2", s).replace("**", "")
+    return " ".join(s.split())
+
+
+# ------------------------------------------------------------------------------ source documents
+DOCUMENTS_PAGE = "spec/documents.md"
+DOCUMENTS_FILE = "assets/documents.yaml"  # under docs/: title, version, date, role, headings in order
+
+
+def load_documents(docs_dir: Path | None = None) -> dict[str, dict]:
+    """seed file name -> its entry in ``docs/assets/documents.yaml`` (empty when the file is absent)."""
+    import yaml
+
+    path = Path(docs_dir or REPO / "docs") / DOCUMENTS_FILE
+    key = str(path)
+    if key not in _DOC_CACHE:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        _DOC_CACHE[key] = {d["seed"]: d for d in (raw or {}).get("documents", [])}
+    return _DOC_CACHE[key]
+
+
+_DOC_CACHE: dict[str, dict] = {}
+
+
+def doc_anchor(seed: str, section: str | None = None) -> str:
+    """``doc-004`` for a document, ``doc-004-s7`` for its 8th heading (the headings' order is the file's)."""
+    base = f"doc-{seed[:3]}"
+    doc = load_documents().get(seed)
+    if section is None or doc is None or section not in doc["sections"]:
+        return base
+    return f"{base}-s{doc['sections'].index(section)}"
+
+
+def doc_name(seed: str) -> str:
+    doc = load_documents().get(seed)
+    return doc["short"] if doc else seed
+
+
+def cite(src: Mapping[str, str], from_page: str) -> str:
+    """A source as a link to its section on the Documents page: ``[CCAPO v4.1 § 7.2 …](…#doc-004-s21)``."""
+    section = plain(src.get("section", ""))
+    label = f"{doc_name(src['seed'])}" + (f" § {section}" if section else "")
+    if src["seed"] not in load_documents():
+        return f"`{src['seed']}`" + (f" § {text(section)}" if section else "")
+    return f"[{text(label)}]({rel(from_page, DOCUMENTS_PAGE)}#{doc_anchor(src['seed'], src.get('section'))})"
+
+
+def section_order(seed: str, section: str) -> tuple:
+    """Sort key putting a document's sections in the document's own order (unknown ones last)."""
+    doc = load_documents().get(seed)
+    if doc and section in doc["sections"]:
+        return (0, doc["sections"].index(section), "")
+    return (1, 0, section)
 
 
 # -------------------------------------------------------------------------- reference functions
@@ -184,12 +292,8 @@ def _tolerance_line(tol) -> str:
     return f"`{tol.name}`: {text(tol.description)} ({per})"
 
 
-def _source_line(fspec, c) -> str:
-    src = c.source
-    same = src["seed"] == fspec.document.get("seed")
-    version = fspec.version if same else next(
-        (r.get("title", "") for r in fspec.related if r.get("seed") == src["seed"]), "")
-    return f"`{src['seed']}` § {text(src['section'])}" + (f" ({text(version)})" if version else "")
+def _source_line(c, page: str) -> str:
+    return cite(c.source, page)
 
 
 def _reference_lines(c) -> list[str]:
@@ -211,11 +315,16 @@ def _reference_lines(c) -> list[str]:
 def clause_block(spec, fspec, c, tests: dict[str, int], page: str) -> str:
     """One clause: anchored heading, statement, display formula, then its facts."""
     dep = " (deprecated)" if c.deprecated else ""
-    lines = [f"### {c.id}: {text(c.title)}{dep} {{ #{c.id} }}", "",
+    lines = [f"### {c.id}: {text(plain(c.title))}{dep} {{ #{c.id} }}", "",
              f"**{c.level}** · {c.kind} · tolerance `{c.tolerance.name}`", "", text(c.statement), ""]
     if c.formula:
         lines += ["$$", c.formula.strip(), "$$", ""]
-    facts = [f"- **Source:** {_source_line(fspec, c)}", f"- **Tolerance:** {_tolerance_line(c.tolerance)}"]
+    facts = [f"- **Source:** {_source_line(c, page)}", f"- **Tolerance:** {_tolerance_line(c.tolerance)}"]
+    if c.normative:
+        facts.append(f"- **Normative part:** {linkify(text(c.normative), spec, page)}")
+    if c.conventions:
+        facts.append("- **Conventions:** " + ", ".join(
+            f"[{cv}]({rel(page, CONVENTIONS_PAGE)}#{cv})" for cv in c.conventions))
     if c.value:
         facts.append("- **Default:** " + ", ".join(f"`{k}` = `{fmt_value(v)}`" for k, v in c.value.items()))
     if c.gate:
@@ -248,27 +357,30 @@ def family_page(spec, family: str, tests: dict[str, dict[str, int]], figures: li
     out = [f"# {family}: {text(f.name)}", "",
            "!!! info \"Generated page\"", "",
            indent(f"Generated from `spec/{family}.yaml` at build time; edit the YAML, not this page."), "",
-           f"- **Document:** {text(doc['title'])}", f"- **Version:** {text(doc['version'])}"
-           + (f" ({text(doc['date'])})" if doc.get("date") else ""),
-           f"- **Seed file:** `{doc['seed']}`"]
+           f"- **Document:** [{text(doc_name(doc['seed']))}: {text(plain(doc['title']))}]"
+           f"({rel(page, DOCUMENTS_PAGE)}#{doc_anchor(doc['seed'])})",
+           f"- **Version:** {text(doc['version'])}" + (f" ({text(doc['date'])})" if doc.get("date") else "")]
     for r in f.related:
-        out.append(f"- **Related:** `{r.get('seed')}` {text(r.get('title', ''))}: {text(r.get('role', ''))}")
+        out.append(f"- **Related:** [{text(doc_name(r.get('seed', '')))}]({rel(page, DOCUMENTS_PAGE)}"
+                   f"#{doc_anchor(r.get('seed', ''))}) {text(plain(r.get('title', '')))}: {text(r.get('role', ''))}")
     out += [f"- **Clauses:** {len(f.clauses)} ({n_must} MUST, {len(f.clauses) - n_must} SHOULD), "
             f"{n_err} with errata; contract: [{family} operations](../contract/{family}.md)", ""]
     if f.checklist:
         out += ["## Grey-release checklist", ""]
         for item in f.checklist:
-            out.append(f"- {text(item.title)}: " + ", ".join(clause_link(spec, c, page) for c in item.clauses))
+            out.append(f"- {text(plain(item.title))}: " + ", ".join(clause_link(spec, c, page) for c in item.clauses))
         out.append("")
     index = ["| clause | level | kind | title |", "|---|---|---|---|"]
     index += [f"| [{c.id}](#{c.id}) | {c.level} | {c.kind} | {cell(c.title)} |" for c in f.clauses]
     out += [f'??? abstract "Clause index ({len(f.clauses)} clauses)"', "", indent("\n".join(index)), ""]
-    # Clauses grouped by the document section they come from, in order of first appearance.
-    groups: dict[str, list] = {}
+    # Clauses grouped by the document section they come from, in the document's own section order.
+    groups: dict[tuple[str, str], list] = {}
     for c in f.clauses:
-        groups.setdefault(c.source["section"], []).append(c)
-    for section, clauses in groups.items():
-        out += [f"## § {text(section)}", ""]
+        groups.setdefault((c.source["seed"], c.source["section"]), []).append(c)
+    for (seed, section), clauses in sorted(groups.items(), key=lambda kv: (kv[0][0] != doc["seed"], kv[0][0],
+                                                                        section_order(*kv[0]))):
+        other = "" if seed == doc["seed"] else f" ({text(doc_name(seed))})"
+        out += [f"## § {text(plain(section))}{other}", "", f"Source: {cite({'seed': seed, 'section': section}, page)}", ""]
         for c in clauses:
             out += [clause_block(spec, f, c, tests.get(c.id, {}), page), ""]
     figs = [fg for fg in figures if fg.family == family]
@@ -299,13 +411,97 @@ def spec_index_page(spec) -> str:
     return "\n".join(out) + "\n"
 
 
+def documents_page(spec) -> str:
+    """Every source document: title, version, date, role, and its headings in order with what cites them."""
+    page = DOCUMENTS_PAGE
+    cited: dict[tuple[str, str], list[str]] = {}
+    for c in spec.clauses.values():
+        cited.setdefault((c.source["seed"], c.source["section"]), []).append(clause_link(spec, c.id, page))
+    for cv in getattr(spec, "conventions", {}).values():
+        for src in cv.source:
+            cited.setdefault((src["seed"], src["section"]), []).append(
+                f"[convention `{cv.id}`]({rel(page, CONVENTIONS_PAGE)}#{cv.id})")
+    out = ["# Source documents", "",
+           "The documents the specification is written from. Every citation on this site (a clause's "
+           "*Source*, an errata note, a convention) links to a section below; the sections are listed in "
+           "each document's own order, with the clauses that cite them. The documents are in Chinese; "
+           "the clauses restate them in English.", ""]
+    docs = load_documents()
+    if not docs:
+        return "\n".join(out + [f"`docs/{DOCUMENTS_FILE}` is missing, so no document can be listed.", ""])
+    out += ["| document | version | date | role |", "|---|---|---|---|"]
+    for seed, d in docs.items():
+        out.append(f"| [{cell(d['short'])}](#{doc_anchor(seed)}) | {cell(d.get('version', '–'))} | "
+                   f"{cell(d.get('date') or 'undated')} | {cell(d['role'])} |")
+    out.append("")
+    for seed, d in docs.items():
+        fam = d.get("family")
+        role = d["role"] + (f", superseded by [{text(doc_name(d['superseded_by']))}](#{doc_anchor(d['superseded_by'])})"
+                            if d.get("superseded_by") else "")
+        title = plain(d["title"])
+        head = title if title.startswith(d["short"]) else f"{d['short']}: {title}"
+        out += [f"## {text(head)} {{ #{doc_anchor(seed)} }}", "",
+                f"- **Version:** {text(d.get('version', '–'))}; **date:** {text(d.get('date') or 'undated')}"
+                + (f"; **author:** {text(d['author'])}" if d.get("author") else ""),
+                f"- **Role:** {role}. {text(d.get('note', ''))}",
+                (f"- **Family:** [{fam}]({fam}.md)" if fam in spec.families else "- **Family:** none"),
+                f"- **File in the spec's `source:` fields:** `{seed}`", "",
+                "| section (in the document's order) | cited by |", "|---|---|"]
+        for i, sec in enumerate(d["sections"]):
+            refs = ", ".join(cited.get((seed, sec), [])) or "–"
+            out.append(f'| <span id="{doc_anchor(seed)}-s{i}"></span>{cell(plain(sec))} | {refs} |')
+        out.append("")
+    return "\n".join(out)
+
+
+CONVENTIONS_PAGE = "spec/conventions.md"
+
+
+def _json(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False)
+
+
+def conventions_page(spec) -> str:
+    """spec/conventions.yaml: each convention, the seed's value, what may be declared, and the consequences."""
+    page = CONVENTIONS_PAGE
+    convs = getattr(spec, "conventions", {}) or {}
+    out = ["# Conventions", "",
+           "A convention is a choice the source documents make where other choices are also sound. An "
+           "implementation declares its own in `capabilities[\"conventions\"][id]`; the tests then compute their "
+           "oracle under the declared value and keep checking the normative part, which no declaration relaxes. "
+           "A declared value other than the seed's is reported as a *deviation* with the consequence below, "
+           "never as a failure; an undeclared departure fails. Generated from `spec/conventions.yaml`.", ""]
+    if not convs:
+        return "\n".join(out + ["No conventions are defined in this build.", ""])
+    out += ["| convention | seed value | clauses |", "|---|---|---|"]
+    for cv in convs.values():
+        out.append(f"| [{cell(plain(cv.title))}](#{cv.id}) | `{_json(cv.seed)}` | "
+                   + ", ".join(clause_link(spec, c, page) for c in cv.clauses) + " |")
+    out.append("")
+    for cv in convs.values():
+        out += [f"## {text(plain(cv.title))} {{ #{cv.id} }}", "",
+                f"- **Id:** `{cv.id}`; **seed value:** `{_json(cv.seed)}`"
+                + "".join(f"; `{_json(v)}` for {clause_link(spec, c, page)}" for c, v in cv.seed_by_clause.items()),
+                f"- **May be declared:** `{_json(cv.allowed)}`",
+                "- **Clauses:** " + ", ".join(clause_link(spec, c, page) for c in cv.clauses),
+                "- **Sources:** " + "; ".join(cite(src, page) for src in cv.source),
+                f"- **Always checked (normative):** {linkify(text(cv.normative), spec, page)}", "",
+                "| declared value | consequence |", "|---|---|"]
+        for alt in cv.alternatives:
+            when = alt.get("when")
+            out.append(f"| {'any other value' if when == '*' else f'`{_json(when)}`'} | "
+                       f"{linkify(cell(alt.get('consequence', '')), spec, page)} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def errata_page(spec) -> str:
     page = "spec/errata.md"
     out = ["# Errata", "",
            "Every clause whose sources contradict each other or are ambiguous carries an errata note: "
            "what the sources say, the reading the clause takes, and why. Generated from the `errata` "
-           "fields of `spec/*.yaml`. Sources are cited as the seed document's number and its original "
-           "section heading.", ""]
+           "fields of `spec/*.yaml`. Each source links to its document and section on the "
+           "[Documents](documents.md) page.", ""]
     for fam, f in spec.families.items():
         rows = [c for c in f.clauses if c.errata]
         if not rows:
@@ -313,8 +509,8 @@ def errata_page(spec) -> str:
         out += [f"## {fam} ({text(f.version)})", "", "| clause | source | what the sources say, and the reading taken |",
                 "|---|---|---|"]
         for c in rows:
-            out.append(f"| {clause_link(spec, c.id, page)}<br>{cell(c.title)} | `{c.source['seed'][:3]}` § "
-                       f"{cell(c.source['section'])} | {linkify(cell(c.errata), spec, page)} |")
+            out.append(f"| {clause_link(spec, c.id, page)}<br>{cell(plain(c.title))} | "
+                       f"{cite(c.source, page).replace('|', '&#124;')} | {linkify(cell(c.errata), spec, page)} |")
         out.append("")
     return "\n".join(out)
 
@@ -427,7 +623,8 @@ class Figure:
     def markdown(self, from_page: str) -> list[str]:
         if self.png is None:
             return [f"**{self.title}**: not drawn ({text(self.note)})."]
-        return [f"![{self.title}]({rel(from_page, self.path)})", "", f"*{text(self.caption)}*"]
+        # the caption keeps its \\( \\) spans for MathJax; `{: .caption }` styles the paragraph
+        return [f"![{self.title}]({rel(from_page, self.path)})", "", f"{self.caption}", "{: .caption }"]
 
 
 def _ref(family: str, *names: str):
@@ -463,7 +660,8 @@ def figure_sac_top_p(plt, torch) -> bytes | None:
     colors = ["#3949ab" if sel[i] else ("#9fa8da" if legal[0, i] else "#bdbdbd") for i in order]
     ax.bar(range(len(order)), [float(probs[i]) for i in order], color=colors)
     ax.set_xticks(range(len(order)), [f"a{i}" for i in order], fontsize=8)
-    ax.set_ylabel("π(a|o)")
+    ax.set_ylabel("π(a|o) (probability)")
+    ax.set_xlabel("action, most probable legal first")
     ax.set_title("masked softmax: Top-p set (dark), legal (light), illegal (grey, ε)")
     legal_sorted = [i for i in order if legal[0, i]]
     cum = torch.cumsum(torch.stack([probs[i] for i in legal_sorted]), 0)
@@ -472,7 +670,8 @@ def figure_sac_top_p(plt, torch) -> bytes | None:
     ax2.axvline(int(sel.sum()), color="#757575", ls=":", label=f"|P| = {int(sel.sum())}")
     ax2.set_xlabel("legal actions, most probable first")
     ax2.set_ylim(0, 1.05)
-    ax2.legend(loc="lower right", fontsize=8)
+    ax2.set_ylabel("cumulative probability")
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     ax2.set_title("Top-p coverage")
     return _png(fig)
 
@@ -497,10 +696,10 @@ def figure_isr_weights(plt, torch) -> bytes | None:
         axes[2].plot(r, ppo[1], label="PPO-clip, A < 0 (ε = 0.2)", color="#fb8c00", ls=":")
     axes[2].set_title("reference points")
     for ax in axes:
-        ax.set_xlabel("r = π/μ")
+        ax.set_xlabel("importance ratio r = π/μ")
         ax.axvline(1.0, color="#bdbdbd", lw=0.8)
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("gradient weight")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+    axes[0].set_ylabel("gradient weight w (per unit advantage)")
     return _png(fig)
 
 
@@ -535,10 +734,11 @@ def figure_isr_f(plt, torch) -> bytes | None:
         axes[1].plot(r, reshape_f(r, 1.0, tau=tau), label=f"τ = {tau:g}")
     axes[1].set_title("f_1(r) = (2/τ)·tanh(τ(r−1)/2)")
     for ax in axes:
-        ax.set_xlabel("r = π/μ")
+        ax.set_xlabel("importance ratio r = π/μ")
+        ax.set_ylabel("objective f(r)")
         ax.axhline(0, color="#bdbdbd", lw=0.8)
         ax.axvline(1.0, color="#bdbdbd", lw=0.8)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return _png(fig)
 
 
@@ -561,35 +761,39 @@ def figure_ccapo_q(plt, torch) -> bytes | None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     im = ax.imshow(grid.numpy(), origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1,
                    extent=(0.5, n_max + 0.5, -0.5, n_max + 0.5))
-    fig.colorbar(im, ax=ax, label="Q_STDB(E)")
-    ax.set_xlabel("N_total(E)")
-    ax.set_ylabel("N_succ(E)")
-    ax.set_title("Q_STDB over an edge's counts (d_goal = 0)")
+    fig.colorbar(im, ax=ax, label=r"$Q_{\mathrm{STDB}}(E)$ (score in [0, 1])")
+    ax.set_xlabel(r"$N_{\mathrm{total}}(E)$ (visits of the edge)")
+    ax.set_ylabel(r"$N_{\mathrm{succ}}(E)$ (visits in successful episodes)")
+    ax.set_title(r"$Q_{\mathrm{STDB}}$ over an edge's counts ($d_{\mathrm{goal}} = 0$)")
     n = torch.arange(1, n_max + 1, dtype=torch.float64)
     for share, ls in ((1.0, "-"), (0.5, "--"), (0.0, ":")):
         for d, color in ((0.0, "#3949ab"), (4.0, "#e53935")):
             ax2.plot(n, q(n * share, n, torch.full_like(n, d)), ls=ls, color=color,
                      label=f"N_succ/N_total = {share:g}, d_goal = {d:g}")
-    ax2.set_xlabel("N_total(E)")
+    ax2.set_xlabel(r"$N_{\mathrm{total}}(E)$ (visits of the edge)")
+    ax2.set_ylabel(r"$Q_{\mathrm{STDB}}(E)$")
     ax2.set_ylim(0, 1)
     ax2.set_title("global success rate 0.5, λ = 1, α = 1")
-    ax2.legend(fontsize=7)
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return _png(fig)
 
 
 FIGURES: tuple[tuple[str, str, str, str, Callable], ...] = (
     ("sac-top-p", "sac", "Masked softmax and Top-p coverage",
-     "A 12-action row with three illegal actions: the policy after shifting, filling and ε-clipping, and the "
-     "smallest legal set whose mass reaches p = 0.9 (reference masked_softmax and top_p_select).",
+     r"A 12-action row with three illegal actions: the policy after shifting, filling and \(\varepsilon\)-clipping, "
+     r"and the smallest legal set whose mass reaches \(p = 0.9\) (reference `masked_softmax` and `top_p_select`).",
      figure_sac_top_p),
     ("isreshape-w", "isreshape", "IS-Reshape gradient weight w_γ(r)",
-     "w_γ(r) = (1−γ) + γ·r·sech²(τ(r−1)/2) for several γ and τ, beside SAPO's weight and PPO-clip's effective "
-     "weight (which drops to zero outside the trust region on the side the advantage pushes).",
+     r"\(w_\gamma(r) = (1-\gamma) + \gamma\, r\, \mathrm{sech}^2(\tau(r-1)/2)\) for several \(\gamma\) and "
+     r"\(\tau\), beside SAPO's weight and PPO-clip's effective weight (which drops to zero outside the trust region "
+     r"on the side the advantage pushes).",
      figure_isr_weights),
     ("isreshape-f", "isreshape", "IS-Reshape objective f_γ(r)",
-     "The closed form f_γ(r) = (1−γ)·log r + γ·(2/τ)·tanh(τ(r−1)/2) whose r·f′(r) is w_γ(r).", figure_isr_f),
+     r"The closed form \(f_\gamma(r) = (1-\gamma)\log r + \gamma\,\tfrac{2}{\tau}\tanh(\tau(r-1)/2)\), whose "
+     r"\(r\,f_\gamma'(r)\) is \(w_\gamma(r)\).", figure_isr_f),
     ("ccapo-q-stdb", "ccapo", "CCAPO edge score Q_STDB",
-     "Q_STDB = σ(log(I·(1+λC)·D)) over an edge's success and visit counts, with the Bayesian-smoothed I(E).",
+     r"\(Q_{\mathrm{STDB}} = \sigma(\log(I\,(1+\lambda C)\,D))\) over an edge's success and visit counts, "
+     r"with the Bayesian-smoothed \(I(E)\).",
      figure_ccapo_q),
 )
 
@@ -653,7 +857,7 @@ def checklist_markdown(report: dict, spec, page: str) -> str:
 def reference_audit_page(spec) -> str:
     page = "conformance/reference.md"
     report, how = reference_report()
-    out = ["# Reference implementation", "",
+    out = ["# Reference implementation", "", reference_stamp(report), "",
            "The bundled torch reference (`reference_impl:make`) audited by the suite, clause by clause. "
            f"This report was {how}. Reproduce it with `rlconform audit --out audit/`.", ""]
     if report is None:
@@ -661,10 +865,30 @@ def reference_audit_page(spec) -> str:
     return "\n".join(out) + "\n" + checklist_markdown(report, spec, page)
 
 
+def reference_stamp(report: dict | None) -> str:
+    """Provenance of the reference page: this build's commit and versions, and when the audit finished."""
+    from rlconform.provenance import render_markdown, stamp
+
+    info = (report or {}).get("run_info", {})
+    facts = stamp("python -m rlconform.site build" + (f" --report {Path(os.environ[AUDIT_ENV]).name}"
+                                                      if os.environ.get(AUDIT_ENV, "skip") != "skip" else ""),
+                  packages=("mkdocs", "mkdocs-material"))
+    md = render_markdown(facts)
+    if info:
+        md += (f"\n    Audit: `{info.get('implementation', '?')}`, rlconform commit "
+               f"`{info.get('rlconform_commit') or 'unknown'}`, finished {info.get('finished', '?')}.\n")
+    return md
+
+
 def third_party_audits(docs_dir: Path) -> list[Path]:
     root = docs_dir / "audits"
-    # folders starting with "_" hold working notes (e.g. _research), not audits
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")) if root.is_dir() else []
+    # An audit is a folder with its report, checklist or README; folders starting with "_" hold working
+    # notes (e.g. _research) and audits/findings holds the matrix's finding pages, neither is an audit.
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")
+                  and p.name != Path(FINDINGS_DIR).name
+                  and any((p / f).is_file() for f in ("report.json", "checklist.md", "README.md")))
 
 
 def third_party_audit_page(spec, adir: Path) -> str:
@@ -675,13 +899,31 @@ def third_party_audit_page(spec, adir: Path) -> str:
         out += [linkify_document(readme.read_text(encoding="utf-8").strip(), spec, page), ""]
     else:
         out += [f"# Audit: {adir.name}", ""]
+    rendered = None
     if rj.exists():
         report = json.loads(rj.read_text(encoding="utf-8"))
-        out += ["## Checklist", "", "Rendered from [report.json](report.json).", "",
-                checklist_markdown(report, spec, page)]
+        try:
+            rendered = checklist_markdown(report, audited_spec(spec, report), page)
+        except KeyError as e:  # a report written by an older rlconform: show the checklist written with it
+            if not checklist.exists():
+                raise
+            out += ['!!! warning "Older report format"', "",
+                    indent(f"`report.json` lacks the field `{e.args[0]}` this rlconform's renderer expects; the "
+                           "checklist below is the one written with the report. Re-run the audit command above "
+                           "to refresh both."), ""]
+    if rendered is not None:
+        out += ["## Checklist", "", "Rendered from [report.json](report.json).", "", rendered]
     elif checklist.exists():
         out += ["## Checklist", "", linkify_document(checklist.read_text(encoding="utf-8"), spec, page)]
     return "\n".join(out) + "\n"
+
+
+def audited_spec(spec, report: dict):
+    """The spec cut to the families the report says were audited (its header then names only those)."""
+    fams = report.get("run_info", {}).get("families") or []
+    if not fams or set(fams) >= set(spec.families) or not dataclasses.is_dataclass(spec):
+        return spec
+    return dataclasses.replace(spec, families={f: v for f, v in spec.families.items() if f in fams})
 
 
 def conformance_index(audits: list[Path]) -> str:
@@ -728,6 +970,7 @@ def cli_help() -> str:
 MARKERS: dict[str, Callable[[Any], str]] = {
     "<!-- rlconform:families -->": families_table,
     "<!-- rlconform:cli-help -->": lambda spec: cli_help(),
+    "<!-- rlconform:site-map -->": lambda spec: site_map(spec),
 }
 
 
@@ -756,6 +999,114 @@ def mathjax_files(root: Path) -> Iterable[tuple[str, Path]]:
             yield "assets/mathjax/" + str(q.relative_to(root)).replace(os.sep, "/"), q
 
 
+# ------------------------------------------------------------------------------------ CJK font
+# The seeds' titles and headings are Chinese; a reader's machine may have no CJK font, so the site ships
+# one: a subset of Noto Sans CJK SC (Debian's fonts-noto-cjk) holding exactly the characters the built
+# pages use, made after the build with fontTools (woff2 when brotli is installed, else woff).
+CJK_FONT_ENV = "RLCONFORM_CJK_FONT"
+CJK_FONT_FILES = ("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+                  "/usr/share/fonts/opentype/noto/NotoSansCJK-Medium.ttc")
+CJK_FACE = "Noto Sans CJK SC"
+CJK_FAMILY = "rlconform CJK"
+CJK_DIR = "assets/fonts"
+# Han, kana, CJK punctuation and full-width forms: the font is used for these code points only, so Latin
+# text keeps the theme's fonts.
+CJK_SPANS = ((0x2E80, 0x2FDF), (0x3000, 0x30FF), (0x3100, 0x312F), (0x31C0, 0x31FF), (0x3200, 0x33FF),
+             (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFE30, 0xFE4F), (0xFF00, 0xFFEF))
+
+
+def is_cjk(ch: str) -> bool:
+    o = ord(ch)
+    return any(lo <= o <= hi for lo, hi in CJK_SPANS)
+
+
+def cjk_font_format() -> str:
+    return "woff2" if importlib.util.find_spec("brotli") or importlib.util.find_spec("brotlicffi") else "woff"
+
+
+def cjk_font_file() -> str:
+    return f"{CJK_DIR}/rlconform-cjk.{cjk_font_format()}"
+
+
+def cjk_css() -> str:
+    fmt = cjk_font_format()
+    ranges = ", ".join(f"U+{lo:04X}-{hi:04X}" for lo, hi in CJK_SPANS)
+    return (f"/* Generated by tools/rlconform/site.py: a subset of {CJK_FACE} with the site's characters. */\n"
+            f"@font-face {{\n  font-family: \"{CJK_FAMILY}\";\n"
+            f"  src: url(\"rlconform-cjk.{fmt}\") format(\"{fmt}\");\n"
+            f"  unicode-range: {ranges};\n  font-display: swap;\n}}\n"
+            f":root {{ --md-text-font: \"{CJK_FAMILY}\"; --md-code-font: \"{CJK_FAMILY}\"; }}\n")
+
+
+def cjk_source() -> tuple[Path, int]:
+    """The font file and collection index of the face to subset: $RLCONFORM_CJK_FONT or Debian's Noto."""
+    from fontTools.ttLib import TTCollection
+
+    env = os.environ.get(CJK_FONT_ENV)
+    for cand in ([env] if env else []) + list(CJK_FONT_FILES):
+        path = Path(cand)
+        if not path.is_file():
+            continue
+        if path.suffix.lower() not in (".ttc", ".otc"):
+            return path, -1
+        names = [f["name"].getDebugName(1) for f in TTCollection(str(path), lazy=True).fonts]
+        return path, names.index(CJK_FACE) if CJK_FACE in names else 0
+    raise RuntimeError(
+        "no CJK font to subset for the site: apt-get install fonts-noto-cjk (Noto Sans CJK), or point "
+        f"${CJK_FONT_ENV} at an OpenType/TrueType font with Chinese glyphs")
+
+
+def site_characters(site_dir: Path) -> set[str]:
+    """Every CJK character in the built pages and the search index."""
+    chars: set[str] = set()
+    for path in [*site_dir.rglob("*.html"), site_dir / "search" / "search_index.json"]:
+        if path.is_file():
+            chars.update(ch for ch in path.read_text(encoding="utf-8", errors="ignore") if is_cjk(ch))
+    return chars
+
+
+def write_cjk_font(site_dir: Path) -> tuple[Path, int]:
+    """Subset the CJK face to the site's characters into site_dir/assets/fonts; (path, glyph count)."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    src, index = cjk_source()
+    chars = site_characters(site_dir)
+    font = TTFont(str(src), fontNumber=index) if index >= 0 else TTFont(str(src))
+    opts = subset.Options()
+    opts.flavor = cjk_font_format()
+    opts.hinting = False  # hints matter little at screen sizes and double the file
+    opts.desubroutinize = True
+    opts.layout_features = ["vert", "vrt2", "locl", "kern", "palt"]
+    sub = subset.Subsetter(opts)
+    sub.populate(unicodes=sorted(ord(c) for c in chars) or [0x3000])
+    sub.subset(font)
+    out = site_dir / cjk_font_file()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    font.flavor = opts.flavor
+    font.save(str(out))
+    return out, len(chars)
+
+
+# ------------------------------------------------------------------------------------ search
+def clean_search_index(site_dir: Path) -> int:
+    """Search previews as plain text: TeX written out in Unicode; returns the number of entries changed."""
+    path = site_dir / "search" / "search_index.json"
+    if not path.is_file():
+        return 0
+    index = json.loads(path.read_text(encoding="utf-8"))
+    changed = 0
+    for entry in index.get("docs", []):
+        for key in ("title", "text"):
+            old = entry.get(key, "")
+            new = _MATH_SPAN.sub(lambda m: tex_to_text(next(g for g in m.groups() if g is not None)), old)
+            if new != old:
+                entry[key] = new
+                changed += 1
+    path.write_text(json.dumps(index, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+    return changed
+
+
 # ----------------------------------------------------------------------------------- the hooks
 def _nav_sections(docs_dir: Path) -> dict[str, list]:
     from rlconform.spec import load_spec
@@ -764,17 +1115,77 @@ def _nav_sections(docs_dir: Path) -> dict[str, list]:
     audits = third_party_audits(docs_dir)
     spec_nav = [{"Overview": "spec/index.md"}] + [{f: f"spec/{f}.md"} for f in spec.families] + [
         {"Errata": "spec/errata.md"}, {"Defaults": "spec/defaults.md"}, {"Gates and SLOs": "spec/gates.md"},
-        {"Traceability": "spec/traceability.md"}]
+        {"Conventions": CONVENTIONS_PAGE}, {"Source documents": DOCUMENTS_PAGE}, {"Traceability": "spec/traceability.md"}]
     conf_nav = [{"Overview": "conformance/index.md"}, {"Reference implementation": "conformance/reference.md"}]
     # Bare paths: MkDocs titles these pages with their own first heading.
     conf_nav += [f"audits/{a.name}/index.md" for a in audits]
+    if (docs_dir / MATRIX_PAGE).is_file():
+        conf_nav.insert(1, {"Audit matrix": MATRIX_PAGE})
     results_nav = results_pages(docs_dir)
     return {
         "Specification": spec_nav,
         "Contract": [{f: f"contract/{f}.md"} for f in contract_families()],
         "Conformance": conf_nav,
         "Results": results_nav,
+        "Performance": section_pages(docs_dir, "performance"),
+        "Mutation testing": section_pages(docs_dir, "mutation"),
     }
+
+
+MATRIX_PAGE = "audits/matrix.md"
+FINDINGS_DIR = "audits/findings"
+
+
+def section_pages(docs_dir: Path, folder: str) -> list[str]:
+    """The Markdown pages others generate under docs/<folder>/ (index first); empty when it is absent."""
+    root = docs_dir / folder
+    pages = sorted(p for p in root.rglob("*.md") if not p.name.startswith("_")) if root.is_dir() else []
+    pages.sort(key=lambda p: (p.name != "index.md", str(p)))
+    return [str(p.relative_to(docs_dir)).replace(os.sep, "/") for p in pages]
+
+
+def page_title(path: Path) -> str:
+    """A Markdown page's first level-1 heading, as plain text (its file name when it has none)."""
+    if path.is_file():
+        m = re.search(r"^# (.+)$", path.read_text(encoding="utf-8"), flags=re.M)
+        if m:
+            return plain(re.sub(r"\s*\{[^}]*\}\s*$", "", m.group(1)))
+    return path.stem
+
+
+def site_map(spec) -> str:
+    """The home page's list of every page the build generates or collects, each linked (only those present)."""
+    docs_dir = Path(_STATE.get("docs_dir") or REPO / "docs")
+    spec_links = [("Overview", "spec/index.md")] + [(f"{f}: {plain(spec.families[f].name)}", f"spec/{f}.md")
+                                                    for f in spec.families]
+    spec_links += [("Errata", "spec/errata.md"), ("Defaults", "spec/defaults.md"), ("Gates and SLOs", "spec/gates.md"),
+                   ("Conventions", CONVENTIONS_PAGE), ("Source documents", DOCUMENTS_PAGE),
+                   ("Traceability: seed items to clauses", "spec/traceability.md")]
+    groups = [("Specification", spec_links),
+              ("Contract", [(f"{f} operations", f"contract/{f}.md") for f in contract_families()]),
+              ("Figures", [("Figures drawn from the reference", "figures.md")])]
+    conf = [("Overview", "conformance/index.md"), ("Reference implementation", "conformance/reference.md")]
+    if (docs_dir / MATRIX_PAGE).is_file():
+        conf.append(("Audit matrix", MATRIX_PAGE))
+    conf += [(f"Audit: {a.name}", f"audits/{a.name}/index.md") for a in third_party_audits(docs_dir)]
+    findings = sorted((docs_dir / FINDINGS_DIR).glob("*.md")) if (docs_dir / FINDINGS_DIR).is_dir() else []
+    conf += [(f"Finding: {page_title(f)}", f"{FINDINGS_DIR}/{f.name}") for f in findings]
+    groups.append(("Conformance", conf))
+    for title, folder in (("Performance", "performance"), ("Mutation testing", "mutation")):
+        groups.append((title, [(page_title(docs_dir / p), p) for p in section_pages(docs_dir, folder)]))
+    groups.append(("Results", [(page_title(docs_dir / p), p) for p in results_pages(docs_dir)]))
+    guide = sorted((docs_dir / "guide").glob("*.md")) if (docs_dir / "guide").is_dir() else []
+    groups.append(("Guides", [(page_title(g), f"guide/{g.name}") for g in guide]))
+    known = _STATE.get("uris")  # the pages MkDocs collected: a file written since then is not linked
+    out = []
+    for title, links in groups:
+        links = [(t, u) for t, u in links if known is None or u in known]
+        if links:
+            out += [f"- **{title}:** " + " · ".join(f"[{text(t)}]({u})" for t, u in links)]
+    return "\n".join(out)
+
+
+_STATE: dict[str, Any] = {}
 
 
 # Guide pages that exist only once their feature has landed.
@@ -784,6 +1195,8 @@ GUIDE_EXTRA = (("STDB on PostgreSQL", "stdb-postgresql.md"), ("Scaling out", "sc
 def on_config(config, **kwargs):
     """Fill the nav sections left empty in mkdocs.yml from what exists at build time."""
     docs_dir = Path(config["docs_dir"])
+    _STATE["docs_dir"] = str(docs_dir)
+    cjk_source()  # fail before the build, not after it, when no CJK font can be subset
     sections = _nav_sections(docs_dir)
     nav = []
     for entry in config["nav"] or []:
@@ -817,6 +1230,8 @@ def generated_pages(docs_dir: Path) -> tuple[dict[str, str | bytes], list[str]]:
         "spec/defaults.md": defaults_page(spec),
         "spec/gates.md": gates_page(spec),
         "spec/traceability.md": traceability_page(spec),
+        DOCUMENTS_PAGE: documents_page(spec),
+        CONVENTIONS_PAGE: conventions_page(spec),
         "figures.md": figures_page(figures),
         "conformance/reference.md": reference_audit_page(spec),
     }
@@ -852,18 +1267,129 @@ def on_files(files, config, **kwargs):
         files.append(File.generated(config, uri, content=content))
     for uri, path in mathjax_files(mathjax_dir()):
         files.append(File.generated(config, uri, abs_src_path=str(path)))
+    files.append(File.generated(config, f"{CJK_DIR}/cjk.css", content=cjk_css()))
+    _STATE["uris"] = {f.src_uri for f in files}
     return files
 
 
-def on_page_markdown(markdown, page, config, files, **kwargs):
-    if "<!-- rlconform:" not in markdown:
-        return markdown
-    from rlconform.spec import load_spec
+def on_post_build(config, **kwargs):
+    """After every page is written: the search previews made plain, then the CJK font subset to them."""
+    site_dir = Path(config["site_dir"])
+    clean_search_index(site_dir)
+    write_cjk_font(site_dir)
 
-    spec = load_spec()
-    for marker, render in MARKERS.items():
-        if marker in markdown:
-            markdown = markdown.replace(marker, render(spec))
+
+_SEED_FILE = re.compile(r"`?\b(\d{3}_[0-9a-f]{16}\.txt)\b`?")
+
+
+def _plain_fragment(t: str) -> str:
+    t = _MATH_SPAN.sub(lambda m: tex_to_text(next(g for g in m.groups() if g is not None)), t)
+    return re.sub(r"(\*\*|__)(.+?)\1", r"\2", t)
+
+
+def plain_headings(markdown: str) -> str:
+    """Headings (and so the TOC) as plain text on every page: math written out, no emphasis markers."""
+    parts = re.split(r"(^(?:```|~~~).*?^(?:```|~~~)[^\n]*$)", markdown, flags=re.M | re.S)
+
+    def fix(block: str) -> str:
+        return re.sub(r"^(#{1,6}[ \t]+)(.+)$", lambda m: m.group(1) + _outside_code(m.group(2), _plain_fragment),
+                      block, flags=re.M)
+
+    return "".join(p if i % 2 else fix(p) for i, p in enumerate(parts))
+
+
+def link_seed_files(markdown: str, from_page: str) -> str:
+    """Any seed file name (``004_7fb0ad4f8a70eeae.txt``) outside code becomes its document's name, linked."""
+    def sub(m: re.Match) -> str:
+        seed = m.group(1)
+        if seed not in load_documents():
+            return m.group(0)
+        return f"[{text(doc_name(seed))}]({rel(from_page, DOCUMENTS_PAGE)}#{doc_anchor(seed)})"
+
+    parts = re.split(r"(^(?:```|~~~).*?^(?:```|~~~)[^\n]*$)", markdown, flags=re.M | re.S)
+    return "".join(p if i % 2 else _SEED_FILE.sub(sub, p) for i, p in enumerate(parts))
+
+
+# ---------------------------------------------------------------------------------- provenance
+STAMP_FILE = "provenance.json"  # rlconform.provenance.stamp(), written beside a generated page
+STAMPED_DIRS = ("results/", "audits/", "performance/", "mutation/")
+# The command that regenerates a page whose directory holds no stamp yet (the page then says so).
+REGENERATE = {
+    "results/ppo/": "python tools/ppo_learning_curves.py --seeds 0,1,2",
+    "results/isreshape/lm/": "python -m reference_impl.isreshape.lm.plot docs/results/isreshape/lm/runs",
+    "results/isreshape/": "python docs/results/isreshape/plot_curves.py --train --seeds 0,1,2",
+    "results/ccapo/textworld/": "python -m reference_impl.ccapo.textworld.plot RUNS --out docs/results/ccapo/textworld",
+    "results/ccapo/": "python docs/results/ccapo/plot_curves.py --train --seeds 0,1,2",
+    "results/sac/": "python docs/results/sac/build.py SUITE CEILING.jsonl REEVAL.jsonl SUPERVISED.jsonl EXTRA "
+                    "(see the page)",
+}
+MAX_DATA_LINKS = 12
+
+
+def stamped_page(src_uri: str) -> bool:
+    return src_uri.startswith(STAMPED_DIRS) and src_uri.endswith(".md") and "/_" not in "/" + src_uri
+
+
+def data_files(docs_dir: Path, src_uri: str) -> list[str]:
+    """Raw data beside a page (JSONL, JSON reports, CSV), as links relative to the page's source."""
+    here = (docs_dir / src_uri).parent
+    found = sorted(p for ext in ("jsonl", "csv") for p in here.rglob(f"*.{ext}"))
+    found += [p for p in (here / "report.json", here / "matrix.json") if p.is_file()]
+    return [str(p.relative_to(here)).replace(os.sep, "/") for p in found]
+
+
+def provenance_markdown(docs_dir: Path, src_uri: str, markdown: str) -> str | None:
+    """The provenance admonition for a stamped page (None when the page already carries one)."""
+    if 'info "Provenance"' in markdown:
+        return None
+    from rlconform.provenance import render_markdown
+
+    here = (docs_dir / src_uri).parent
+    files = data_files(docs_dir, src_uri)
+    shown = files[:MAX_DATA_LINKS]
+    stamp_path = here / STAMP_FILE
+    if stamp_path.is_file():
+        facts = json.loads(stamp_path.read_text(encoding="utf-8"))
+        md = render_markdown(facts, data_files=shown)
+        if facts.get("regenerate"):  # the command that re-runs the experiments, not only the plotting
+            md += f"\n    Regenerate from scratch: `{facts['regenerate']}`\n"
+        if len(files) > len(shown):
+            md += f"    (and {len(files) - len(shown)} more data files in this directory)\n"
+        return md
+    cmd = next((c for d, c in REGENERATE.items() if src_uri.startswith(d)), None)
+    lines = ['!!! warning "Provenance"',
+             f"    No `{STAMP_FILE}` stamp lies beside this page, so its run date, commit and package versions "
+             "are not recorded. " + (f"Regenerate it with `{cmd}`." if cmd else
+                                     "The command that generated it is not recorded either.")]
+    if shown:
+        lines += ["", "    Raw data: " + ", ".join(f"[{f}]({f})" for f in shown)]
+    return "\n".join(lines) + "\n"
+
+
+def insert_after_title(markdown: str, block: str) -> str:
+    """``block`` right under the page's first level-1 heading (at the top when it has none)."""
+    m = re.search(r"^# .*$", markdown, flags=re.M)
+    if m is None:
+        return block + "\n" + markdown
+    return markdown[:m.end()] + "\n\n" + block + "\n" + markdown[m.end():]
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    src = page.file.src_uri
+    if "<!-- rlconform:" in markdown:
+        from rlconform.spec import load_spec
+
+        spec = load_spec()
+        for marker, render in MARKERS.items():
+            if marker in markdown:
+                markdown = markdown.replace(marker, render(spec))
+    markdown = plain_headings(markdown)
+    if src != DOCUMENTS_PAGE:
+        markdown = link_seed_files(markdown, src)
+    if stamped_page(src):
+        block = provenance_markdown(Path(config["docs_dir"]), src, markdown)
+        if block:
+            markdown = insert_after_title(markdown, block)
     return markdown
 
 

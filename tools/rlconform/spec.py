@@ -51,6 +51,8 @@ CLAUSE_SCHEMA = {
                  "properties": {"metric": {"type": "string"}, "op": {"enum": list(GATE_OPS)}}},
         "implemented_by": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
         "deprecated": {"type": "boolean"},
+        "normative": {"type": "string", "minLength": 1},
+        "conventions": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
     },
 }
 FAMILY_SCHEMA = {
@@ -79,6 +81,31 @@ TOLERANCES_SCHEMA = {
                                  "properties": {"rtol": {"type": "number", "minimum": 0},
                                                 "atol": {"type": "number", "minimum": 0}}},
     },
+}
+
+
+_CONVENTION_ID = r"^[a-z][a-z0-9_]*$"
+CONVENTIONS_SCHEMA = {
+    "type": "object",
+    "required": ["conventions"],
+    "additionalProperties": False,
+    "properties": {"conventions": {"type": "array", "items": {
+        "type": "object",
+        "required": ["id", "title", "seed", "allowed", "clauses", "source", "normative", "alternatives"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "pattern": _CONVENTION_ID},
+            "title": {"type": "string", "minLength": 1},
+            "seed": {},
+            "seed_by_clause": {"type": "object"},
+            "allowed": {"type": "object"},
+            "clauses": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"}},
+            "source": {"type": "array", "minItems": 1, "items": _SOURCE},
+            "normative": {"type": "string", "minLength": 1},
+            "alternatives": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["when", "consequence"], "additionalProperties": False,
+                "properties": {"when": {}, "consequence": {"type": "string", "minLength": 1}}}},
+        }}}},
 }
 
 
@@ -129,10 +156,73 @@ class Clause:
     implemented_by: tuple[str, ...] = ()
     deprecated: bool = False
     notes: str | None = None
+    normative: str | None = None
+    conventions: tuple[str, ...] = ()
 
     @property
     def section(self) -> str:
         return _ID_RE.match(self.id).group("section")
+
+
+@dataclasses.dataclass(frozen=True)
+class Convention:
+    """A choice the seeds make that an implementation may declare otherwise (spec/conventions.yaml)."""
+
+    id: str
+    title: str
+    seed: Any
+    allowed: Mapping[str, Any]
+    clauses: tuple[str, ...]
+    source: tuple[Mapping[str, str], ...]
+    normative: str
+    alternatives: tuple[Mapping[str, Any], ...]
+    seed_by_clause: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def seed_for(self, clause_ids: Iterable[str] = ()) -> Any:
+        """The seed's value for the first of ``clause_ids`` that fixes its own, else the convention's seed."""
+        return next((self.seed_by_clause[c] for c in clause_ids if c in self.seed_by_clause), self.seed)
+
+    def allows(self, value: Any) -> bool:
+        import jsonschema
+
+        return jsonschema.Draft202012Validator(self.allowed).is_valid(value)
+
+    def consequence(self, value: Any) -> str:
+        """The documented consequence of declaring ``value``: every alternative it matches, in file order.
+
+        ``when`` matches a value equal to it, a mapping containing its items, or ("*") any value no
+        other alternative names.
+        """
+        def hit(when):
+            if isinstance(when, Mapping) and isinstance(value, Mapping):
+                return all(k in value and _same_value(value[k], v) for k, v in when.items())
+            return _same_value(value, when)
+
+        named = [a["consequence"] for a in self.alternatives if a["when"] != "*" and hit(a["when"])]
+        if isinstance(value, Mapping):  # a structured value also names its free fields (eps...)
+            fixed = {k for a in self.alternatives if isinstance(a["when"], Mapping) for k in a["when"]}
+            seed = self.seed if isinstance(self.seed, Mapping) else {}
+            free = any(not _same_value(value.get(k), seed.get(k)) for k in set(value) - fixed)
+        else:
+            free = not named
+        rest = [a["consequence"] for a in self.alternatives if a["when"] == "*"] if free else []
+        return " ".join(" ".join(str(c).split()) for c in named + rest)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equality that treats 1 and 1.0 alike but keeps True apart from 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_same_value(a[k], b[k]) for k in a)
+    return a == b
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether a declared convention value equals the seed's (1 == 1.0, mappings compared by items)."""
+    return _same_value(a, b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +251,13 @@ class FamilySpec:
 class Spec:
     families: Mapping[str, FamilySpec]
     tolerances: Mapping[str, Tolerance]
+    conventions: Mapping[str, Convention] = dataclasses.field(default_factory=dict)
+
+    def convention(self, convention_id: str) -> Convention:
+        try:
+            return self.conventions[convention_id]
+        except KeyError:
+            raise SpecError(f"unknown convention {convention_id!r} (known: {', '.join(sorted(self.conventions))})") from None
 
     @functools.cached_property
     def clauses(self) -> dict[str, Clause]:
@@ -260,6 +357,8 @@ def _parse_clause(where: str, family: str, raw: Mapping[str, Any], tolerances) -
         impl = (impl,)
     fields = dict(raw)
     fields.update(
+        conventions=tuple(raw.get("conventions") or ()),
+        normative=" ".join(str(raw["normative"]).split()) if raw.get("normative") else None,
         family=family,
         tolerance=tolerances[raw["tolerance"]],
         implemented_by=tuple(impl),
@@ -302,6 +401,63 @@ def _load_family(path: Path, tolerances) -> FamilySpec:
     )
 
 
+def _load_conventions(path: Path) -> tuple[dict[str, Convention], dict]:
+    if not path.exists():
+        return {}, {}
+    raw, lines = _read(path, CONVENTIONS_SCHEMA)
+    out: dict[str, Convention] = {}
+    for i, c in enumerate(raw["conventions"]):
+        where = f"{path.name}:{lines.get(('conventions', i), '?')}: convention {c['id']}"
+        if c["id"] in out:
+            raise SpecError(f"{where}: duplicate convention id")
+        conv = Convention(id=c["id"], title=c["title"], seed=c["seed"], allowed=c["allowed"],
+                          clauses=tuple(c["clauses"]), source=tuple(c["source"]),
+                          normative=" ".join(c["normative"].split()), alternatives=tuple(c["alternatives"]),
+                          seed_by_clause=dict(c.get("seed_by_clause") or {}))
+        import jsonschema
+
+        try:
+            jsonschema.Draft202012Validator.check_schema(conv.allowed)
+        except jsonschema.SchemaError as e:
+            raise SpecError(f"{where}: 'allowed' is not a JSON Schema: {e.message}") from None
+        for src in conv.source:
+            if src["seed"] not in SEEDS:
+                raise SpecError(f"{where}: source seed {src['seed']!r} is not one of the five documents")
+        stray = sorted(set(conv.seed_by_clause) - set(conv.clauses))
+        if stray:
+            raise SpecError(f"{where}: seed_by_clause names clause(s) {stray} missing from its clauses")
+        for label, value in [("seed", conv.seed), *((f"seed_by_clause.{k}", v) for k, v in conv.seed_by_clause.items()),
+                             *((f"alternative {a['when']!r}", a["when"]) for a in conv.alternatives
+                               if a["when"] != "*" and not isinstance(a["when"], Mapping))]:
+            if not conv.allows(value):
+                raise SpecError(f"{where}: {label} {value!r} is not among its allowed values")
+        out[conv.id] = conv
+    return out, lines
+
+
+def _check_conventions(conventions: Mapping[str, Convention], lines: Mapping, families) -> dict[str, Convention]:
+    """Every convention names existing clauses that list it back, and every convention a clause lists exists.
+
+    Returns the conventions with their clauses completed by the clauses that list them (a clause file
+    may add itself to a convention without editing conventions.yaml)."""
+    clauses = {c.id: (f, c) for f in families.values() for c in f.clauses}
+    for i, conv in enumerate(conventions.values()):
+        where = f"conventions.yaml:{lines.get(('conventions', i), '?')}: convention {conv.id}"
+        unknown = [c for c in conv.clauses if c not in clauses]
+        if unknown:
+            raise SpecError(f"{where}: names unknown clause(s) {unknown}")
+        unlisted = [c for c in conv.clauses if conv.id not in clauses[c][1].conventions]
+        if unlisted:
+            raise SpecError(f"{where}: clause(s) {unlisted} do not list it under 'conventions:'")
+    for fam, clause in clauses.values():
+        for cid in clause.conventions:
+            if cid not in conventions:
+                raise SpecError(f"{Path(fam.path).name}: clause {clause.id} lists unknown convention {cid!r}")
+    listing = {cid: [c.id for _, c in clauses.values() if cid in c.conventions] for cid in conventions}
+    return {cid: dataclasses.replace(conv, clauses=tuple(dict.fromkeys((*conv.clauses, *listing[cid]))))
+            for cid, conv in conventions.items()}
+
+
 def load_spec(directory: str | Path | None = None) -> Spec:
     """Read and validate every family file; raise :class:`SpecError` on the first problem."""
     d = Path(directory) if directory is not None else spec_dir()
@@ -317,7 +473,9 @@ def load_spec(directory: str | Path | None = None) -> Spec:
             if c.id in all_ids:
                 raise SpecError(f"duplicate clause id {c.id} in {all_ids[c.id]} and {f.family}.yaml")
             all_ids[c.id] = f"{f.family}.yaml"
-    return Spec(families=families, tolerances=tolerances)
+    conventions, conv_lines = _load_conventions(d / "conventions.yaml")
+    conventions = _check_conventions(conventions, conv_lines, families)
+    return Spec(families=families, tolerances=tolerances, conventions=conventions)
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Mapping, Sequence
 
-from reference_impl.ccapo.stdb.update import (batch_fold, plan_batch, plan_keys, rows_to_state, state_to_rows,
-                                              stdb_update)
+from reference_impl.ccapo.stdb.update import (batch_fold, gc_paused, plan_batch, plan_keys, rows_to_state,
+                                              state_to_rows, stdb_update)
 
 
 class MemorySTDB:
@@ -19,6 +19,10 @@ class MemorySTDB:
     def update_many(self, trajectories: Sequence[Mapping[str, Any]]) -> None:
         """Fold a batch in, all of it or none of it: the fold works on private copies of the touched
         rows, which replace the stored ones only once it has succeeded."""
+        with gc_paused():
+            self._update_many(trajectories)
+
+    def _update_many(self, trajectories: Sequence[Mapping[str, Any]]) -> None:
         plan = plan_batch(trajectories)
         ek, ak = plan_keys(plan)
         with self._lock:

@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from reference_impl.ccapo.stdb.update import batch_fold, plan_batch, plan_keys, rows_to_state, stdb_update
+from reference_impl.ccapo.stdb.update import batch_fold, gc_paused, plan_batch, plan_keys, rows_to_state, stdb_update
 
 # Portable DDL: only types and syntax that SQLite and PostgreSQL both accept.
 SCHEMA_SQL = """
@@ -47,6 +47,13 @@ CREATE TABLE IF NOT EXISTS stdb_global (
 );
 INSERT INTO stdb_global (id, n_succ_total, n_total_global) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING;
 """
+
+# SQLite: the same tables clustered on their primary key (WITHOUT ROWID), so an upsert walks one
+# B-tree instead of a rowid table plus its key index (about 1.25x the upserts per second).
+SQLITE_SCHEMA_SQL = SCHEMA_SQL
+for _key in ("(loc, prev_fp, fp)", "(loc, prev_fp)"):
+    SQLITE_SCHEMA_SQL = SQLITE_SCHEMA_SQL.replace(f"PRIMARY KEY {_key}\n)", f"PRIMARY KEY {_key}\n) WITHOUT ROWID")
+del _key
 
 _UPSERT_EDGE = (
     "INSERT INTO stdb_edge (loc, prev_fp, fp, n_total, n_succ, d_sum) VALUES (?, ?, ?, ?, ?, ?) "
@@ -94,12 +101,17 @@ class Dialect:
     begin_read: str  # a read-only transaction with one snapshot for all its statements
     lock_global: str  # appended to the first SELECT of a write transaction (the writers' queue)
     keyset: Callable[[Sequence[str], Sequence[tuple]], Iterator[tuple[str, list[str], list]]]
+    schema: str = SCHEMA_SQL
+    # a query whose value changes whenever ANOTHER connection commits (SQLite's data_version): lets a
+    # writer keep the rows it wrote in memory and skip reading them back; None: always read
+    data_version: str | None = None
 
     def sql(self, q: str) -> str:
         return q if self.placeholder == "?" else q.replace("?", self.placeholder)
 
 
-SQLITE = Dialect("sqlite", "?", "BEGIN IMMEDIATE", "BEGIN", "", _sqlite_keyset)
+SQLITE = Dialect("sqlite", "?", "BEGIN IMMEDIATE", "BEGIN", "", _sqlite_keyset, SQLITE_SCHEMA_SQL,
+                 "PRAGMA data_version")
 POSTGRES = Dialect("postgresql", "%s", "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", " FOR UPDATE",
                    _postgres_keyset)
 
@@ -111,8 +123,14 @@ class SQLSTDB:
         self._conn, self._d = conn, dialect
         self._fold, self._params = batch_fold(update_fn), params
         cur = conn.cursor()
-        for stmt in filter(str.strip, SCHEMA_SQL.split(";")):
+        for stmt in filter(str.strip, dialect.schema.split(";")):
             cur.execute(stmt)
+        self._cache: _RowCache | None = None
+        if dialect.data_version:
+            with self.transaction(dialect.begin_read):
+                empty = not self._exec("SELECT EXISTS (SELECT 1 FROM stdb_edge) OR EXISTS (SELECT 1 FROM stdb_anchor)"
+                                       ).fetchone()[0]
+                self._cache = _RowCache(self._version(), complete=empty)
 
     # ----------------------------------------------------------------- plumbing
     def _exec(self, q: str, args: Sequence = ()):
@@ -145,6 +163,26 @@ class SQLSTDB:
             out.update((tuple(r[:n]), tuple(r[n:])) for r in self._exec(q, args))
         return out
 
+    def _version(self):
+        return self._exec(self._d.data_version).fetchone()[0]
+
+    def _cached_rows(self, cache: _RowCache | None, keys, anchors) -> tuple[dict, dict, _RowCache | None]:
+        """The stored rows among these keys, from the writer's cache where it is still valid (no other
+        connection committed since the version it holds, read under the write lock), else read; and
+        the cache to keep if the batch commits. Call it under the write lock."""
+        if cache is not None and cache.version != self._version():
+            cache = None  # another writer committed: what we remember may be stale
+        if cache is None:
+            if not self._d.data_version:
+                return (self._rows("stdb_edge", _EDGE_COLS, "t.n_total, t.n_succ, t.d_sum", keys),
+                        self._rows("stdb_anchor", _ANCHOR_COLS, "t.v_bar, t.n_updates", anchors), None)
+            cache = _RowCache(self._version(), complete=False)
+        old_e = cache.rows(cache.edges, keys, lambda ks: self._rows(
+            "stdb_edge", _EDGE_COLS, "t.n_total, t.n_succ, t.d_sum", ks))
+        old_a = cache.rows(cache.anchors, anchors, lambda ks: self._rows(
+            "stdb_anchor", _ANCHOR_COLS, "t.v_bar, t.n_updates", ks))
+        return old_e, old_a, cache
+
     def _read(self, keys, anchors, lock: str = "") -> tuple[dict, dict, int, int]:
         """The rows these keys address, as tuples; the global row first (with the writers' lock)."""
         gs, gt = self._exec(_SEL_GLOBAL + lock).fetchone()
@@ -155,7 +193,10 @@ class SQLSTDB:
     def apply_many(self, trajectories: Sequence[Mapping[str, Any]], plan=None) -> None:
         """The body of :meth:`update_many`; call it inside :meth:`transaction`."""
         plan = plan_batch(trajectories) if plan is None else plan
-        old_e, old_a, gs0, gt0 = self._read(*plan_keys(plan), self._d.lock_global)
+        cache, self._cache = self._cache, None  # forgotten unless the batch commits (see update_many)
+        gs0, gt0 = self._exec(_SEL_GLOBAL + self._d.lock_global).fetchone()  # the writers' lock first
+        gs0, gt0 = int(gs0), int(gt0)
+        old_e, old_a, cache = self._cached_rows(cache, *plan_keys(plan))
         edges = {k: list(v) for k, v in old_e.items()}
         anchors = {u: list(v) for u, v in old_a.items()}
         gs, gt = self._fold(plan, edges, anchors, gs0, gt0, **self._params)
@@ -163,8 +204,17 @@ class SQLSTDB:
         self._exec_many(_UPSERT_EDGE, [(*k, e[0] - o[0], e[1] - o[1], e[2] - o[2])  # increments
                                        for k, e in edges.items() for o in (old_e.get(k, zero_e),)])
         self._exec_many(_UPSERT_ANCHOR, [(*u, a[0], a[1] - o[1])  # V-bar as set, n_updates as an increment
-                                         for u, a in anchors.items() for o in (old_a.get(u, zero_a),)])
+                                         for u, a in anchors.items() for o in (old_a.get(u, zero_a),)
+                                         if a[1] != o[1]])  # an anchor only failures touched is unchanged
         self._exec(_BUMP_GLOBAL, (gs - gs0, gt - gt0))
+        if cache is not None:  # the rows as the database now holds them (its own float arithmetic)
+            for k, e in edges.items():
+                o = old_e.get(k, zero_e)
+                cache.edges[k] = (o[0] + (e[0] - o[0]), o[1] + (e[1] - o[1]), o[2] + (e[2] - o[2]))
+            for u, a in anchors.items():
+                o = old_a.get(u, zero_a)
+                cache.anchors[u] = (a[0], o[1] + (a[1] - o[1]))
+        self._pending = cache
 
     def apply(self, trajectory: Mapping[str, Any]) -> None:
         self.apply_many([trajectory])
@@ -172,8 +222,12 @@ class SQLSTDB:
     def update_many(self, trajectories: Sequence[Mapping[str, Any]]) -> None:
         """Fold a batch in, in order, as ONE transaction: all of it or none of it."""
         plan = plan_batch(trajectories)  # a malformed trajectory is rejected before the transaction opens
-        with self.transaction():
+        self._pending = None
+        with gc_paused(), self.transaction():
             self.apply_many(trajectories, plan)
+        # committed: keep the rows; the cache's version was read under the lock, and this connection's
+        # own commit does not change data_version, so the next batch sees any other writer's commit
+        self._cache, self._pending = self._pending, None
 
     def update(self, trajectory: Mapping[str, Any]) -> None:
         self.update_many([trajectory])
@@ -192,6 +246,7 @@ class SQLSTDB:
         return rows_to_state(edges, anchors, gs, gt)
 
     def restore(self, stats: Mapping[str, Any]) -> None:
+        self._cache = None
         with self.transaction():
             self._exec(_SEL_GLOBAL + self._d.lock_global)
             self._exec("DELETE FROM stdb_edge")
@@ -204,6 +259,23 @@ class SQLSTDB:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class _RowCache:
+    """The rows a writer read or wrote (key -> row tuple, or None: known absent). ``complete``: the
+    database holds no row outside the cache (it was empty when this writer opened it)."""
+
+    def __init__(self, version, *, complete: bool):
+        self.version, self.complete = version, complete
+        self.edges: dict[tuple, tuple | None] = {}
+        self.anchors: dict[tuple, tuple | None] = {}
+
+    def rows(self, table: dict, keys: Sequence[tuple], read: Callable[[list], dict]) -> dict:
+        missing = [] if self.complete else [k for k in keys if k not in table]
+        if missing:
+            found = read(missing)
+            table.update((k, found.get(k)) for k in missing)
+        return {k: row for k in keys if (row := table.get(k)) is not None}
 
 
 def sqlite_store(path: str | Path = ":memory:", *, timeout: float = 30.0, **params: Any) -> SQLSTDB:

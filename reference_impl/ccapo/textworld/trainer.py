@@ -12,6 +12,7 @@ implements is in the trailing comment.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -25,22 +26,23 @@ from reference_impl.ccapo import (
     anchor,
     fingerprint,
     fuse_advantages,
-    loop_mask,
     macro_advantage,
     macro_return,
     micro_advantage,
     micro_raw_advantage,
     micro_reward,
     policy_loss,
-    score_steps,
 )
+from reference_impl import _checks
 from reference_impl.ccapo.defaults import DEFAULTS
 from reference_impl.ccapo.stdb import sqlite_store
 from reference_impl.ccapo.textworld import gigpo
 from reference_impl.ccapo.textworld.env import TextWorldEnv
 from reference_impl.ccapo.textworld.games import GameSpec, train_and_heldout
 from reference_impl.ccapo.textworld.policy import TextPolicy, Tokenizer
+from reference_impl.ccapo.trainer import host_floats, stdb_steps
 from reference_impl.common import RunDir, progress, seed_everything
+from reference_impl.common.distributed import resolve_dtype
 
 ARMS = {"ccapo": DEFAULTS["beta"], "grpo": 0.0, "gigpo": 0.0}  # arm -> beta of the CCAPO micro stream
 DOMAIN = "textworld"
@@ -79,6 +81,7 @@ class Config:
     gigpo_omega: float = 1.0  # GiGPO step-advantage weight (gigpo arm only)
     seed: int = 0  # seeds game choice, sampling and initialisation (not the games themselves)
     device: str = "cpu"  # torch device of the policy, the sampling and the advantages
+    dtype: str = "float32"  # dtype of the policy and the update (float32, float64, bfloat16)
     checkpoint_every: int = 10  # updates between checkpoints (the last update is always saved)
     games_dir: str = "~/.cache/rlconform/textworld"  # cache of generated games (deterministic by seed)
 
@@ -110,9 +113,9 @@ class Texts:
         return tok.batch(list(self.ids), device)
 
 
-def _pad(rows: list[list[int]], fill: int) -> torch.Tensor:
+def _pad(rows: list[list[int]], fill: int, device) -> torch.Tensor:
     width = max(len(r) for r in rows)
-    return torch.tensor([r + [fill] * (width - len(r)) for r in rows], dtype=torch.long)
+    return torch.tensor([r + [fill] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
 
 
 def rollout(policy: TextPolicy, tok: Tokenizer, envs: list[TextWorldEnv], cfg: Config, gen: torch.Generator,
@@ -135,8 +138,8 @@ def rollout(policy: TextPolicy, tok: Tokenizer, envs: list[TextWorldEnv], cfg: C
         o_rows = [step_obs(o) for o in texts]
         cands = [envs[i].admissible(cfg.drop_examine) for i in live]
         c_rows = [[step_cmds(c) for c in cs] for cs in cands]
-        c_idx = _pad(c_rows, 0).to(device)
-        legal = _pad([[1] * len(r) for r in c_rows], 0).to(device).bool()
+        c_idx = _pad(c_rows, 0, device)
+        legal = _pad([[1] * len(r) for r in c_rows], 0, device).bool()
         with torch.no_grad():
             lp = policy(step_obs.tokens(tok, device), step_cmds.tokens(tok, device),
                         torch.tensor(o_rows, device=device), c_idx, legal)
@@ -165,23 +168,6 @@ def rollout(policy: TextPolicy, tok: Tokenizer, envs: list[TextWorldEnv], cfg: C
             "anchors": anchors, "fps": fps, "states": states}
 
 
-def stdb_steps(batch: dict, store, H: int) -> dict:
-    """The STDB lookup of every step, as padded [B, H] tensors on the host (the store lives there)."""
-    B = len(batch["fps"])
-    out = {"q": torch.zeros(B, H, dtype=torch.float64), "v_bar": torch.zeros(B, H, dtype=torch.float64),
-           "edge_seen": torch.zeros(B, H, dtype=torch.bool), "anchor_seen": torch.zeros(B, H, dtype=torch.bool)}
-    fp_code: dict[str, int] = {}
-    # padding gets ids that differ from every real id and from each other, so it never closes a loop
-    fp_ids = -1 - torch.arange(H).repeat(B, 1)
-    for i, (anc, fp) in enumerate(zip(batch["anchors"], batch["fps"])):
-        sc = score_steps(store.lookup(anc, fp), anc, fp, **score_params())  # CCAPO-STDB-5
-        for k in out:
-            out[k][i, : len(fp)] = sc[k]
-        fp_ids[i, : len(fp)] = torch.tensor([fp_code.setdefault(f, len(fp_code)) for f in fp], dtype=torch.long)
-    out["loops"] = loop_mask(fp_ids)  # CCAPO-LOOP-1
-    return out
-
-
 def anchor_groups(batch: dict, group_size: int, H: int) -> tuple[torch.Tensor, int]:
     """GiGPO anchor-state group id of every step: same game (episode group) and same world state."""
     ids: dict[tuple[int, str], int] = {}
@@ -193,7 +179,7 @@ def anchor_groups(batch: dict, group_size: int, H: int) -> tuple[torch.Tensor, i
 def advantages(batch: dict, store, cfg: Config, device) -> tuple[torch.Tensor, dict]:
     """The arm's advantage [B, H] on ``device``, from the STDB as it stood before this batch."""
     H, mask = cfg.max_steps, batch["mask"]
-    sc = {k: v.to(device) for k, v in stdb_steps(batch, store, H).items()}
+    sc = stdb_steps(batch["anchors"], batch["fps"], store, H, device, score_params())  # on the device
     r_tau = macro_return(batch["success"], batch["steps"], r_terminal=cfg.r_terminal,
                          r_penalty=cfg.r_penalty)  # CCAPO-R-1 (N_step counts loops: CCAPO-LOOP-2)
     a_macro = macro_advantage(r_tau.view(-1, cfg.group_size)).view(-1)  # CCAPO-MACRO-1, CCAPO-MACRO-2
@@ -212,7 +198,7 @@ def advantages(batch: dict, store, cfg: Config, device) -> tuple[torch.Tensor, d
         a_total = fuse_advantages(a_macro, a_micro, beta=cfg.beta)  # CCAPO-FUSE-1 (beta = 0: GRPO)
     stats = {"r_tau_mean": r_tau.mean(), "stdb_hit_rate": sc["edge_seen"][mask].float().mean(),
              "loop_rate": sc["loops"][mask].float().mean()}
-    return a_total.to(torch.float32), stats
+    return a_total.to(resolve_dtype(cfg.dtype)), stats
 
 
 def log_probs(policy: TextPolicy, batch: dict) -> torch.Tensor:
@@ -246,11 +232,11 @@ def evaluate(policy, tok, envs, store, cfg: Config, update: int, device) -> dict
     stats: dict = {}
     for _ in range(cfg.eval_episodes):
         batch = rollout(policy, tok, envs, cfg, gen, device)
-        sc = stdb_steps(batch, store, cfg.max_steps)
-        ep = {**episode_stats(batch), "stdb_hit_rate": sc["edge_seen"][batch["mask"].cpu()].float().mean()}
+        sc = stdb_steps(batch["anchors"], batch["fps"], store, cfg.max_steps, device, score_params())
+        ep = {**episode_stats(batch), "stdb_hit_rate": sc["edge_seen"][batch["mask"]].float().mean()}
         for k, v in ep.items():
-            stats[k] = stats.get(k, 0.0) + float(v) / cfg.eval_episodes
-    return stats
+            stats[k] = stats.get(k, 0.0) + v.to(torch.float64) / cfg.eval_episodes  # device scalars until the end
+    return host_floats(stats)
 
 
 def _cpu(state):
@@ -275,7 +261,7 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
     pool: dict[int, list[TextWorldEnv]] = {}
     heldout = [TextWorldEnv(p, cfg.max_steps) for p in heldout_paths]
     tok = Tokenizer(cfg.vocab, cfg.max_tokens)
-    policy = TextPolicy(cfg.vocab, cfg.embed, cfg.hidden).to(device)
+    policy = TextPolicy(cfg.vocab, cfg.embed, cfg.hidden).to(device, resolve_dtype(cfg.dtype))
     ref = copy.deepcopy(policy).requires_grad_(False)  # pi_ref: the initial policy (CCAPO-PPO-2)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     store = sqlite_store(run.path / "stdb.sqlite", v_rate=cfg.v_rate, **score_params())
@@ -285,30 +271,36 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
         policy.load_state_dict(ckpt["policy"])  # load_state_dict copies onto the model's device
         ref.load_state_dict(ckpt["ref"])
         opt.load_state_dict(ckpt["opt"])  # Adam moves its moments to the parameters' device
-        gen.set_state(ckpt["gen"])
+        if ckpt.get("gen_device", "cpu") == device.type:
+            gen.set_state(ckpt["gen"])
+        else:  # a generator state does not carry across device types: a fresh stream, seeded by the update
+            gen.manual_seed(cfg.seed * 1_000_003 + ckpt["update"])
         pick.set_state(ckpt["pick"])
         store.restore(ckpt["stdb"])  # the STDB rolls back with the policy: no double-counted batch
         start = ckpt["update"] + 1
-    for update in progress(range(start, cfg.updates), total=cfg.updates, initial=start, desc=f"tw-{cfg.arm}"):
-        games = torch.randperm(len(train_paths), generator=pick)[: cfg.prompts].tolist()
-        envs = [e for g in games for e in pool.setdefault(
-            g, [TextWorldEnv(train_paths[g], cfg.max_steps) for _ in range(cfg.group_size)])]
-        batch = rollout(policy, tok, envs, cfg, gen, device)
-        adv, stats = advantages(batch, store, cfg, device)
-        diag = ppo_update(policy, ref, opt, batch, adv, cfg)
-        for i in range(len(envs)):  # one transaction per episode (CCAPO-STDB-1..4, CCAPO-STDB-6)
-            store.update({"anchors": batch["anchors"][i], "fingerprints": batch["fps"][i],
-                          "success": bool(batch["success"][i])})
-        rec = {**episode_stats(batch), **stats, **{k: diag[k] for k in ("approx_kl", "kl_ref", "clip_fraction", "loss")}}
-        run.log(update=update, split="train", arm=cfg.arm, **{k: float(v) for k, v in rec.items()})
-        last = update == cfg.updates - 1
-        if heldout and ((update + 1) % cfg.eval_every == 0 or last):
-            run.log(update=update, split="heldout", arm=cfg.arm,
-                    **evaluate(policy, tok, heldout, store, cfg, update, device))
-        if (update + 1) % cfg.checkpoint_every == 0 or last:
-            run.save(_cpu({"update": update, "policy": policy.state_dict(), "ref": ref.state_dict(),
-                           "opt": opt.state_dict(), "gen": gen.get_state(), "pick": pick.get_state(),
-                           "stdb": store.snapshot()}))
+    with contextlib.ExitStack() as guards:  # input guards on for the first batch only
+        for update in progress(range(start, cfg.updates), total=cfg.updates, initial=start, desc=f"tw-{cfg.arm}"):
+            games = torch.randperm(len(train_paths), generator=pick, device="cpu")[: cfg.prompts].tolist()  # host choice
+            envs = [e for g in games for e in pool.setdefault(
+                g, [TextWorldEnv(train_paths[g], cfg.max_steps) for _ in range(cfg.group_size)])]
+            batch = rollout(policy, tok, envs, cfg, gen, device)
+            adv, stats = advantages(batch, store, cfg, device)
+            diag = ppo_update(policy, ref, opt, batch, adv, cfg)
+            if update == start:  # the first batch passed every input guard: the rest run without them
+                guards.enter_context(_checks.validation(False))
+            for i, ok in enumerate(batch["success"].tolist()):  # one transaction per episode (CCAPO-STDB-1..4, -6)
+                store.update({"anchors": batch["anchors"][i], "fingerprints": batch["fps"][i], "success": ok})
+            rec = {**episode_stats(batch), **stats, **{k: diag[k] for k in ("approx_kl", "kl_ref", "clip_fraction", "loss")}}
+            run.log(update=update, split="train", arm=cfg.arm, **host_floats(rec))  # one transfer per update
+            last = update == cfg.updates - 1
+            if heldout and ((update + 1) % cfg.eval_every == 0 or last):
+                run.log(update=update, split="heldout", arm=cfg.arm,
+                        **evaluate(policy, tok, heldout, store, cfg, update, device))
+            if (update + 1) % cfg.checkpoint_every == 0 or last:
+                run.save(_cpu({"update": update, "policy": policy.state_dict(), "ref": ref.state_dict(),
+                               "opt": opt.state_dict(), "gen": gen.get_state(), "gen_device": device.type,
+                               "pick": pick.get_state(),
+                               "stdb": store.snapshot()}))
     store.close()
     for e in [e for envs in pool.values() for e in envs] + heldout:
         e.close()

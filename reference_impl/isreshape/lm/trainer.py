@@ -19,6 +19,7 @@ arms and seeds run from one command into ``OUT/<arm>/seed<S>``:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +85,7 @@ class LmConfig:
     # bookkeeping
     eval_every: int = arg(5, "updates between greedy evaluations on the held-out problems")
     checkpoint_every: int = arg(10, "updates between checkpoints (the last update always checkpoints)")
-    validate: int = arg(1, "1: input guards on (each reads a value back to the host); 0: off for speed on a GPU")
+    validate: int = arg(1, "input guards (each reads a value back to the host): 1 on the first update only, 2 on every update, 0 off")
 
 
 # ----------------------------------------------------------------------------- the token loss of each arm
@@ -191,7 +192,8 @@ def train(cfg: LmConfig, *, out: str | Path, updates: int, resume: bool = False,
         start = int(ckpt["update"]) + 1
     n, g, t_new = cfg.batch_prompts * cfg.group_size, cfg.group_size, cfg.max_new_tokens
     acc_init = heldout_accuracy(policy, tok, heldout, cfg) if start == 0 else None
-    with _checks.validation(bool(cfg.validate)):
+    with contextlib.ExitStack() as guards:
+        guards.enter_context(_checks.validation(cfg.validate > 0))
         for update in progress(range(start, updates), total=updates, initial=start, desc=f"isreshape-lm/{cfg.arm}/s{cfg.seed}"):
             # behaviour policy: the weights of `behaviour_lag` updates ago, cast to the sampling dtype
             lagged = (lagged + [_snapshot(policy)])[-(cfg.behaviour_lag + 1):]
@@ -235,6 +237,8 @@ def train(cfg: LmConfig, *, out: str | Path, updates: int, resume: bool = False,
             if (update + 1) % cfg.eval_every == 0 or update == updates - 1:  # greedy accuracy after this update
                 extra["heldout_acc"] = float(heldout_accuracy(policy, tok, heldout, cfg))
             run.log(update=update, arm=cfg.arm, seed=cfg.seed, **host, **isr, **extra)
+            if update == start and cfg.validate == 1:  # the first batch passed every guard: the rest run without them
+                guards.enter_context(_checks.validation(False))
             if (update + 1) % cfg.checkpoint_every == 0 or update == updates - 1:
                 run.save(_to_cpu({"update": update, "policy": policy.state_dict(), "optimizer": opt.state_dict(),
                                   "lagged": lagged, "generator": gen.get_state(), "generator_device": device.type,

@@ -1,0 +1,122 @@
+"""TorchRL 0.14 behind the sac, ppo and ccapo contracts (``rlconform audit --impl
+conformance_tests.adapters.torchrl:make``).
+
+sac: ``DiscreteSACLoss`` over a ``ProbabilisticActor`` with ``MaskedCategorical`` (library defaults,
+``neg_inf=-inf``) for ``losses`` and ``policy_loss_from_logits``; ``MaskedCategorical.entropy`` for
+``entropy_from_logits``. ppo: ``ClipPPOLoss`` (``loss_critic_type="l2"``) for ``losses``;
+``MaskedCategorical`` for the masked distribution ops (sampling under ``no_grad``); the functional ``generalized_advantage_estimate``
+for ``gae``. ccapo: ``MCAdvantage(trajectory_return="sum")`` (GRPO group advantage) for
+``macro_advantage``. Paths in comments are under ``site-packages/torchrl/``.
+"""
+from __future__ import annotations
+
+import math
+import types
+
+from conformance_tests.adapters import distribution_ops
+
+CAPABILITIES = {
+    "masks": True,  # modules/distributions/discrete.py:175 MaskedCategorical(logits, mask=...)
+    "dtypes": ["float32", "float64"],  # float64 when built under that default dtype (buffers: torch.tensor(float))
+    "terminated_truncated": True,  # objectives/value/functional.py:120 GAE(done, terminated); sac.py TD0 on terminated
+    "conventions": {
+        "mask_fill": "neg_inf",  # modules/distributions/discrete.py:240 neg_inf=-inf, :420 masked_fill; no eps-clip
+        "huber_delta": "fixed_1",  # objectives/utils.py:332 distance_loss: F.smooth_l1_loss, no delta
+        "target_entropy": "scalar",  # objectives/sac.py:1279-1287 one buffer, 0.98*log(A) or the number given
+        "value_loss_factor": 1.0,  # objectives/ppo.py:993 critic_coeff * distance_loss("l2"): MSE without 1/2
+        "advantage_std": {"ddof": 1, "eps": 1e-6, "eps_mode": "clamp"},  # llm/grpo.py:1583 std().clamp_min(1e-6)
+        "min_group_size": 2,  # llm/grpo.py:1166 trajectory_return requires grpo_size >= 2
+    },
+}
+
+
+def make() -> types.SimpleNamespace:
+    import tensordict
+    import torch
+    import torchrl
+    from tensordict.nn import TensorDictModule as Module
+    from torchrl.modules import MaskedCategorical, ProbabilisticActor
+    from torchrl.objectives import ClipPPOLoss, DiscreteSACLoss
+    from torchrl.objectives.llm import MCAdvantage
+    from torchrl.objectives.value.functional import generalized_advantage_estimate
+
+    from conformance_tests.adapters._tensordict import default_dtype, to_tensordict
+    from conformance_tests.errors import NotApplicable
+    from conformance_tests.modules import TableModule, TwinTable
+
+    def actor(policy):
+        return ProbabilisticActor(Module(policy, ["observation"], ["logits"]), distribution_class=MaskedCategorical,
+                                  in_keys={"logits": "logits", "mask": "action_mask"}, return_log_prob=True)
+
+    def sac_losses(policy, critic, target_critic, batch, *, log_alpha, gamma, kappa=0.9, delta=1.0, top_p=1.0,
+                   logits=None):
+        if delta != 1.0 or top_p < 1.0:
+            raise NotApplicable("smooth_l1 has no delta (utils.py:332); the backup is the full expectation")
+        n_act = batch["legal_mask"].shape[-1]
+        with default_dtype(log_alpha.dtype):  # buffers via torch.tensor(float): sac.py:1243, :1287
+            critics = [Module(q, ["observation"], ["action_value"]) for q in critic.children()]
+            loss = DiscreteSACLoss(actor(policy), critics, action_space="categorical", num_actions=n_act,
+                                   target_entropy=kappa * math.log(n_act))
+            loss.make_value_estimator(gamma=gamma)
+        # DiscreteSACLoss keeps its own stacked copy of the twin critics and of their target
+        # (common.py:503 convert_to_functional); tensordict's to_module (the library's functional call)
+        # swaps in the suite's tables and log alpha for this call, so gradients reach them.
+        params = tensordict.TensorDict.from_module(loss).clone(False)
+        params["log_alpha"] = log_alpha
+        params["qvalue_network_params", "module", "table"] = torch.stack([q.table for q in critic.children()])
+        params["target_qvalue_network_params", "module", "table"] = torch.stack(
+            [q.table for q in target_critic.children()]).detach()
+        if logits is not None:  # the logits entry point: the caller's tensor is the policy's table
+            params["actor_network_params", "module", "0", "module", "table"] = logits
+        with params.to_module(loss):
+            out = loss(to_tensordict(batch))
+        return {k: out[k] for k in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy", "alpha")}
+
+    def policy_loss_from_logits(logits, q1, q2, legal_mask, *, alpha):
+        rows = torch.arange(logits.shape[0])
+        batch = {"obs": rows, "next_obs": rows, "action": torch.zeros_like(rows), "legal_mask": legal_mask,
+                 "reward": torch.zeros(len(rows), dtype=logits.dtype), "done": torch.zeros(len(rows), dtype=torch.bool),
+                 "next_legal_mask": legal_mask}  # only loss_actor is read: the rest is any valid batch
+        twin = TwinTable(q1, q2)
+        return sac_losses(TableModule(logits), twin, twin, batch, log_alpha=torch.tensor(math.log(alpha),
+                          dtype=logits.dtype), gamma=0.5, logits=logits)["loss_actor"]
+
+    def entropy_from_logits(logits, legal_mask):
+        return MaskedCategorical(logits=logits, mask=legal_mask).entropy()
+
+    def ppo_losses(actor_module, critic, batch, *, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01):
+        with default_dtype(batch["old_log_prob"].dtype):  # torch.tensor(clip_epsilon): ppo.py:1523
+            loss = ClipPPOLoss(actor(actor_module), Module(critic, ["observation"], ["state_value"]),
+                               clip_epsilon=clip_eps, entropy_coeff=ent_coef, critic_coeff=vf_coef,
+                               loss_critic_type="l2")
+        out = loss(to_tensordict(batch, old_log_prob=loss.tensor_keys.sample_log_prob))
+        return {k: out[k] for k in ("loss_objective", "loss_critic", "loss_entropy", "entropy", "clip_fraction",
+                                    "kl_approx")}
+
+    def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
+        done = done.bool()
+        stop = done | (truncated.bool() if truncated is not None else torch.zeros_like(done))
+        with default_dtype(value.dtype):  # functional.py:170 gamma * int tensor: default dtype
+            adv, ret = generalized_advantage_estimate(gamma, lam, value.unsqueeze(-1), next_value.unsqueeze(-1),
+                                                      reward.unsqueeze(-1), stop.unsqueeze(-1), done.unsqueeze(-1))
+        return adv.squeeze(-1), ret.squeeze(-1)
+
+    dist_ops = distribution_ops(lambda logits, mask: MaskedCategorical(logits=logits, mask=mask))
+
+    def macro_advantage(returns, *, eps=1e-8):  # eps: TorchRL's clamp at 1e-6 is fixed (declared advantage_std)
+        groups = returns.reshape(-1, returns.shape[-1])
+        return torch.stack([group_advantage(row) for row in groups]).reshape(returns.shape)
+
+    def group_advantage(returns):  # one 1-step trajectory per member: its reward is its return
+        transform = MCAdvantage(grpo_size=len(returns), prompt_key="group", trajectory_return="sum")
+        for r in returns:
+            out = transform.inv(tensordict.TensorDict(group=torch.zeros(1), next=tensordict.TensorDict(
+                reward=r.reshape(1, 1), done=torch.ones(1, 1, dtype=torch.bool), batch_size=[1]), batch_size=[1]))
+        return out["advantage"].reshape(len(returns))
+
+    sac = types.SimpleNamespace(losses=sac_losses, entropy_from_logits=entropy_from_logits,
+                                policy_loss_from_logits=policy_loss_from_logits)
+    ppo = types.SimpleNamespace(losses=ppo_losses, gae=gae, **dist_ops)
+    ccapo = types.SimpleNamespace(macro_advantage=macro_advantage)
+    return types.SimpleNamespace(name="TorchRL", version=torchrl.__version__, capabilities=CAPABILITIES,
+                                 sac=sac, ppo=ppo, ccapo=ccapo)

@@ -1,0 +1,85 @@
+"""Differential tests of the PPO update's fast paths against the plain formulas beside them.
+
+``loss_terms_fused`` (closed-form gradients, used once the guards are off) must give the loss, the
+diagnostics and the gradients of ``loss_terms_deferred`` (autograd through the plain formulas,
+each held to independent oracles in test_ppo_*.py); ``ppo_update`` must take the same steps with the
+guards on and off, and its metrics converted once per update must equal those converted per
+minibatch. Cases: ratio exactly 1 (the first epoch), ratios far outside the clip range, entropy
+bonus on, one legal action per row, float32 and float64.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance_tests.harness import assert_close, assert_equal
+from reference_impl import _checks
+from reference_impl.ppo import update
+
+pytestmark = pytest.mark.meta
+
+HP = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
+
+
+def _case(seed: int, dtype, n: int = 24, a: int = 9, *, spread: float = 0.0):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n, a, generator=g) < 0.5
+    mask[:, 2] = True
+    mask[0] = False
+    mask[0, 2] = True  # one legal action
+    logits = torch.randn(n, a, generator=g, dtype=dtype)
+    log_pi = torch.log_softmax(logits.masked_fill(~mask, -1e9), -1)
+    action = torch.multinomial(mask.double(), 1, generator=g).squeeze(1)
+    old = log_pi.gather(1, action[:, None]).squeeze(1) + spread * torch.randn(n, generator=g, dtype=dtype)
+    mb = {"mask": mask, "action": action, "advantage": torch.randn(n, generator=g, dtype=dtype),
+          "return": torch.randn(n, generator=g, dtype=dtype)}
+    return logits, torch.randn(n, generator=g, dtype=dtype), mb, old
+
+
+@pytest.mark.clause("PPO-LOSS-3", "PPO-LOSS-1", "PPO-LOSS-2", "PPO-ENT-1", "PPO-LOGP-1")
+@pytest.mark.parametrize("spread", [0.0, 0.05, 1.0])  # ratio 1, near the clip edges, far outside
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", range(4))
+def test_fused_loss_terms_equal_the_plain_ones(seed, dtype, spread):
+    logits, values, mb, old = _case(seed, dtype, spread=spread)
+    z, v = logits.clone().requires_grad_(), values.clone().requires_grad_()
+    want, want_m = update.loss_terms_deferred(z, v, mb, old_log_prob=old, **HP)
+    want_gz, want_gv = torch.autograd.grad(want, (z, v))
+    zf, vf = logits.clone().requires_grad_(), values.clone().requires_grad_()
+    got, got_m = update.loss_terms_fused(zf, vf, mb, old_log_prob=old, **HP)
+    gz, gv = torch.autograd.grad(got, (zf, vf))
+    assert_close(got, want, "PPO-LOSS-3", what="fused loss == plain loss")
+    assert_equal(sorted(got_m), sorted(want_m), "PPO-LOSS-3", "the same diagnostics")
+    for k in want_m:
+        assert_close(got_m[k], want_m[k], "PPO-LOSS-3", what=f"diagnostic {k}")
+    assert_close(gz, want_gz, "PPO-LOSS-1", what="gradient into the logits")
+    assert_close(gv, want_gv, "PPO-LOSS-2", what="gradient into the values")
+
+
+def _run(guards: bool, target_kl, fused: bool):
+    torch.manual_seed(0)
+    actor, critic = torch.nn.Linear(5, 9), torch.nn.Linear(5, 1)
+    opt = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    _, _, mb, old = _case(3, torch.float32, n=64, spread=0.1)
+    batch = {**mb, "obs": torch.randn(64, 5, generator=g), "old_log_prob": old}
+    with _checks.validation(guards):
+        recs = update.ppo_update(actor, critic, opt, batch, epochs=3, minibatch_size=16, max_grad_norm=0.5,
+                                 target_kl=target_kl, generator=torch.Generator().manual_seed(2), fused=fused, **HP)
+    return [p.detach() for p in (*actor.parameters(), *critic.parameters())], recs
+
+
+@pytest.mark.clause("PPO-UPDATE-1", "PPO-KLSTOP-2")
+@pytest.mark.parametrize("guards", [True, False])
+@pytest.mark.parametrize("target_kl", [None, 1e9])  # metrics once per update / once per minibatch
+def test_fused_update_follows_the_plain_one(target_kl, guards):
+    want_p, want_r = _run(True, target_kl, fused=False)
+    got_p, got_r = _run(guards, target_kl, fused=True)
+    for w, g_ in zip(want_p, got_p):
+        # the fast loss rounds differently: held to the loss clause's tolerance, not UPDATE-1's exactness
+        assert_close(g_, w, "PPO-LOSS-3", what="parameters after the update")
+    assert_equal(len(got_r), len(want_r), "PPO-UPDATE-1", "one record per minibatch")
+    for w, g_ in zip(want_r, got_r):
+        assert_equal(type(g_["approx_kl"]), float, "PPO-UPDATE-1", "metrics are Python floats")
+        for k in w:
+            assert_close(torch.tensor(float(g_[k])), torch.tensor(float(w[k])), "PPO-LOSS-3", what=f"record {k}")

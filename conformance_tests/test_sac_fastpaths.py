@@ -1,0 +1,164 @@
+"""Differential tests of the SAC update's fused fast paths against the plain formulas beside them.
+
+The plain formulas are the oracle (each is held to independent oracles in the other test_sac_*
+files): the fused masked softmax, soft backup, critic head and policy head must give the same
+values and the same gradients, and ``update_step(fast=True)`` the same trajectory as
+``update_step(fast=False)``. Inputs cover ties, flat and peaked rows, masks with one legal action,
+ε-clipped entries, blocks of a single row (row_blocks with tiny blocks), float32 and float64.
+"""
+from __future__ import annotations
+
+import importlib
+from unittest import mock
+
+import pytest
+import torch
+
+from conformance_tests.harness import assert_close, assert_equal
+from reference_impl import _checks
+from reference_impl.sac import backup, masking
+from reference_impl.sac.step import init_target, update_step
+
+pytestmark = pytest.mark.meta
+losses = importlib.import_module("reference_impl.sac.losses")  # the package re-exports a name `losses`
+
+SEEDS = range(4)
+DTYPES = (torch.float32, torch.float64)
+
+
+def _case(seed: int, dtype, rows: int = 9, width: int = 37):
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.tensor([0.01, 1.0, 8.0, 40.0])[torch.randint(0, 4, (rows, 1), generator=g)]  # flat .. peaked
+    logits = (scale * torch.randn(rows, width, generator=g)).round(decimals=1).to(dtype)  # rounding: ties
+    mask = torch.rand(rows, width, generator=g) < 0.6
+    mask[:, 0] = True
+    mask[0] = False
+    mask[0, 3] = True  # a row with a single legal action
+    q1 = torch.randn(rows, width, generator=g, dtype=dtype)
+    q2 = torch.randn(rows, width, generator=g, dtype=dtype)
+    actions = torch.multinomial(mask.double(), 1, generator=g).squeeze(1)
+    demo = torch.rand(rows, generator=g) < 0.5
+    return logits, mask, q1, q2, actions, demo
+
+
+@pytest.fixture(params=["one block", "row by row"])
+def blocks(request):
+    """Run each fast path with its real block size, then one row per block."""
+    if request.param == "one block":
+        yield
+        return
+    real = backup.row_blocks
+    with mock.patch.object(backup, "row_blocks", lambda rows, width, **kw: real(rows, width, block_bytes=1)):
+        yield
+
+
+@pytest.mark.clause("SAC-MASK-1", "SAC-MASK-2")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fast_masked_softmax_equals_the_plain_one(seed, dtype):
+    logits, mask, *_ = _case(seed, dtype)
+    assert_equal(masking.masked_softmax_fast(logits, mask), masking.masked_softmax(logits, mask), "SAC-MASK-1",
+                 "fast == plain masked softmax")
+
+
+@pytest.mark.clause("SAC-TOPP-3", "SAC-TOPP-4")
+@pytest.mark.parametrize("p", [0.3, 0.98, 1.0])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fused_backup_equals_the_plain_chain(blocks, seed, dtype, p):
+    logits, mask, q1, q2, *_ = _case(seed, dtype)
+    alpha = torch.tensor(0.3, dtype=dtype)
+    pi = masking.masked_softmax(logits, mask)
+    want_v = backup.top_p_soft_value(pi, q1, q2, mask, alpha=alpha, p=p, method="sorted")
+    want_cov = (pi * backup.top_p_select(pi, mask, p=p, method="sorted")).sum(-1)
+    v, cov = backup.top_p_backup_fused(logits, q1, q2, mask, alpha=alpha, p=p, eps=masking.PROB_EPS)
+    assert_close(v, want_v, "SAC-TOPP-3", what="fused soft backup == plain chain")
+    assert_close(cov, want_cov, "SAC-TOPP-4", what="fused coverage == plain coverage")
+
+
+def _grad(loss: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return torch.autograd.grad(loss, x)[0]
+
+
+@pytest.mark.clause("SAC-CRITIC-2", "SAC-CQL-1")
+@pytest.mark.parametrize("use_cql", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fused_critic_head_equals_the_plain_total(blocks, seed, dtype, masked, use_cql):
+    _, mask, q1, q2, actions, _ = _case(seed, dtype)
+    mask = mask if masked else None
+    y = torch.randn(q1.shape[0], dtype=dtype, generator=torch.Generator().manual_seed(seed)) * 3
+    a, b = q1.clone().requires_grad_(), q2.clone().requires_grad_()
+    kw = dict(legal_mask=mask, delta=1.0, lam_cql=0.5, use_cql=use_cql)
+    want = losses.critic_loss_total(a, b, actions, y, **kw)
+    want_ga, want_gb = torch.autograd.grad(want, (a, b))
+    fa, fb = q1.clone().requires_grad_(), q2.clone().requires_grad_()
+    (la, ha, ca), (lb, hb, cb) = (losses.critic_head_fused(x, actions, y, **kw) for x in (fa, fb))
+    assert_close(la + lb, want, "SAC-CRITIC-2", what="fused total == plain total")
+    assert_close(ha + hb, losses.critic_loss(a.gather(-1, actions[:, None]).squeeze(-1),
+                                             b.gather(-1, actions[:, None]).squeeze(-1), y), "SAC-CRITIC-2",
+                 what="Huber share")
+    assert_close(_grad(la, fa), want_ga, "SAC-CRITIC-2", what="gradient into Q1")
+    assert_close(_grad(lb, fb), want_gb, "SAC-CRITIC-2", what="gradient into Q2")
+
+
+@pytest.mark.clause("SAC-POL-3", "SAC-BC-1", "SAC-ENT-2")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fused_policy_head_equals_the_plain_total(blocks, seed, dtype):
+    logits, mask, q1, q2, actions, demo = _case(seed, dtype)
+    alpha = torch.tensor(0.7, dtype=dtype)
+    z = logits.clone().requires_grad_()
+    pi = masking.masked_softmax(z, mask)
+    want = losses.policy_loss_total(pi, q1, q2, mask, actions, demo, alpha=alpha, lam_bc=0.3)
+    want_g = _grad(want, z)
+    zf = logits.clone().requires_grad_()
+    got, pol, bc, ent = losses.policy_head_fused(zf, q1, q2, mask, actions, demo, alpha=alpha, lam_bc=0.3)
+    assert_close(got, want, "SAC-POL-3", what="fused total == plain total")
+    assert_close(bc, losses.bc_loss(torch.log(pi.detach()), actions, demo, lam=0.3), "SAC-BC-1", what="BC share")
+    assert_close(ent, masking.entropy(pi.detach(), mask), "SAC-ENT-2", what="entropy rows")
+    assert_close(_grad(got, zf), want_g, "SAC-POL-3", what="gradient into the logits")
+
+
+class _Twin(torch.nn.Module):
+    def __init__(self, d: int, a: int):
+        super().__init__()
+        self.q1, self.q2 = torch.nn.Linear(d, a), torch.nn.Linear(d, a)
+
+    def forward(self, obs):
+        return self.q1(obs), self.q2(obs)
+
+
+def _nets(seed: int, d: int, a: int):
+    torch.manual_seed(seed)
+    policy, critic = torch.nn.Linear(d, a), _Twin(d, a)
+    log_alpha = torch.tensor(-0.5, requires_grad=True)
+    opts = {"q": torch.optim.Adam(critic.parameters(), lr=0.05), "pi": torch.optim.Adam(policy.parameters(), lr=0.05),
+            "alpha": torch.optim.Adam([log_alpha], lr=0.05)}
+    return policy, critic, init_target(critic), log_alpha, opts
+
+
+@pytest.mark.clause("SAC-STEP-1")
+@pytest.mark.parametrize("guards", [True, False])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fast_update_step_follows_the_plain_one(seed, guards):
+    d, a, n = 5, 23, 16
+    fast, plain = _nets(seed, d, a), _nets(seed, d, a)
+    g = torch.Generator().manual_seed(seed + 100)
+    for _ in range(3):
+        _, mask, *_r = _case(int(torch.randint(0, 1 << 30, (), generator=g)), torch.float32, rows=n, width=a)
+        _, nmask, *_r2 = _case(int(torch.randint(0, 1 << 30, (), generator=g)), torch.float32, rows=n, width=a)
+        b = {"obs": torch.randn(n, d, generator=g), "next_obs": torch.randn(n, d, generator=g),
+             "action": torch.multinomial(mask.double(), 1, generator=g).squeeze(1),
+             "reward": torch.randn(n, generator=g), "done": torch.rand(n, generator=g) < 0.2,
+             "is_demo": torch.rand(n, generator=g) < 0.5, "legal_mask": mask, "next_legal_mask": nmask}
+        with _checks.validation(guards):
+            got = update_step(*fast, b, top_p=0.9, kpi_rows=7)
+            want = update_step(*plain, b, top_p=0.9, kpi_rows=7, fast=False)
+        for k in want:
+            assert_close(torch.tensor(got[k]), torch.tensor(want[k]), "SAC-STEP-1", what=f"diagnostic {k}")
+    for net_f, net_p in zip(fast[:3], plain[:3]):
+        for pf, pp in zip(net_f.parameters(), net_p.parameters()):
+            assert_close(pf.detach(), pp.detach(), "SAC-STEP-1", what="parameters after 3 updates")
+    assert_close(fast[3].detach(), plain[3].detach(), "SAC-STEP-1", what="log alpha after 3 updates")

@@ -1,0 +1,153 @@
+"""Regenerate the performance page (docs/performance/index.md) from the benchmarks' raw JSON.
+
+``python -m tools.benchmarks.report --run`` runs every benchmark first (script benchmarks as
+subprocesses, the pytest-benchmark ones with ``--benchmark-json``), each writing its JSON into
+docs/performance/raw/; without ``--run`` the page is rebuilt from the JSON already there. Rows come
+from the files' devices: a GPU row appears only when a GPU run wrote a ``*_cuda.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "performance" / "index.md"
+RAW = PAGE.parent / "raw"
+
+SCRIPTS = ("bench_sac_update", "bench_ppo_epoch", "bench_host_syncs")
+PYTEST_BENCH = {"top_p": "bench_sac_top_p", "stdb": "bench_stdb"}  # -k filters (naming the file collects it twice)
+
+
+def run_all(device: str) -> None:
+    for name in SCRIPTS:
+        subprocess.run([sys.executable, "-m", f"tools.benchmarks.{name}", "--device", device], cwd=ROOT, check=True)
+    if device == "cpu":  # the pytest-benchmark files run on the CPU only
+        for key, module in PYTEST_BENCH.items():
+            subprocess.run([sys.executable, "-m", "pytest", "tools/benchmarks", "-k", module, "-q",
+                            "-p", "no:cacheprovider", f"--benchmark-json={RAW / f'{key}_cpu.json'}"], cwd=ROOT, check=True)
+
+
+def _load(name: str) -> dict | None:
+    p = RAW / name
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.2f} GiB"
+
+
+def sac_rows(d: dict) -> list[list[str]]:
+    med, gf, pct = d["median_s"], d["gflops"], d["pct_of_peak"]
+    sh = d["shape"]
+    rows = [[f"SAC update at V2 scale (B {sh['batch']}, \\|A\\| {sh['actions']}, obs {sh['obs']}, "
+             f"hidden {sh['hidden']}, Top-p {sh['top_p']}, CQL, BC) [{d['device']}]",
+             f"{med['reference']:.2f} s, {gf['reference']:.1f} GFLOP/s ({pct['reference']:.0f}% of the "
+             f"{d['matmul_peak_gflops']:.1f} GFLOP/s fp32 matmul peak)",
+             f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl']:.2f} s, {gf['torchrl']:.1f} GFLOP/s",
+             f"**{d['ratio']:.2f}**",
+             f"≥ 1.25 and ≥ 40% of peak: {_met(d['ratio'] >= 1.25 and pct['reference'] >= 40)}"]]
+    rss = d.get("peak_rss_bytes") or {}
+    if rss:
+        rows.append([f"peak RSS during the SAC update [{d['device']}]", _gib(rss["reference"]),
+                     f"TorchRL {_gib(rss['torchrl'])}", f"{rss['torchrl'] / rss['reference']:.2f}",
+                     f"≤ TorchRL: {_met(rss['reference'] <= rss['torchrl'])}"])
+    return rows
+
+
+def top_p_rows(d: dict) -> list[list[str]]:
+    rows = []
+    for b in d["benchmarks"]:
+        kind = b["extra_info"].get("kind")
+        ref, plain = b["stats"]["median"], b["extra_info"].get("plain_sort_median_s")
+        if kind is None or plain is None:
+            continue
+        rows.append([f"Top-p select + soft value, 2048 × 6000, {kind} [cpu]", f"{ref:.3f} s",
+                     f"plain sort + cumsum {plain:.3f} s", f"**{plain / ref:.2f}**",
+                     f"≥ 2: {_met(plain / ref >= 2)}"])
+    return rows
+
+
+def ppo_rows(d: dict) -> list[list[str]]:
+    r = d["samples_per_s"]
+    return [[f"masked PPO epoch, N {d['shape']['N']}, minibatch {d['shape']['minibatch']} [{d['device']}]",
+             f"{r['reference'] / 1e3:.1f}k samples/s",
+             f"sb3-contrib `MaskablePPO.train()` {r['sb3_contrib'] / 1e3:.1f}k",
+             f"**{d['ratio']:.2f}**", f"≥ 1.5: {_met(d['ratio'] >= 1.5)}"]]
+
+
+def stdb_rows(d: dict) -> list[list[str]]:
+    rate = {b["name"].removeprefix("test_"): b["extra_info"].get("edge_updates_per_s") for b in d["benchmarks"]}
+    sq, raw, mem, dct = (rate.get(k) for k in ("sqlite_store", "raw_executemany", "memory_store", "dict"))
+    if not (sq and raw):
+        return []
+    return [["STDB edge updates/s (trajectory batches) [cpu]",
+             f"SQLite {sq / 1e3:.0f}k; in-memory store {mem / 1e3:.0f}k" if mem else f"SQLite {sq / 1e3:.0f}k",
+             f"raw sqlite3 `executemany` upsert {raw / 1e3:.0f}k" + (f"; dict {dct / 1e3:.0f}k" if dct else ""),
+             f"**{sq / raw:.2f}**", f"≥ 500k/s: {_met(sq >= 5e5)}"]]
+
+
+def sync_rows(d: dict) -> list[list[str]]:
+    s, p, pk = d["sac_update"], d["ppo_minibatch"], d["ppo_minibatch_kl_guard"]
+    cuda = f"; CUDA sync debug mode: {s['cuda_syncs']}" if d["device"].startswith("cuda") else ""
+    return [[f"host syncs, guards off [{d['device']}]",
+             f"SAC update {s['hot_loop']}{cuda}; PPO minibatch {p['hot_loop_per_minibatch']:.2f} "
+             f"({pk['hot_loop_per_minibatch']:.2f} with the KL guard)",
+             f"+{s['optimizer_cpu_counters']} optimiser step-counter reads (CPU tensors, no device wait)", "—",
+             f"≤ 1 each: {_met(s['hot_loop'] <= 1 and pk['hot_loop_per_minibatch'] <= 1)}"]]
+
+
+SOURCES = [("sac_update_{}.json", sac_rows), ("top_p_{}.json", top_p_rows), ("ppo_epoch_{}.json", ppo_rows),
+           ("stdb_{}.json", stdb_rows), ("host_syncs_{}.json", sync_rows)]
+
+
+def render() -> tuple[str, dict]:
+    from rlconform.provenance import render_markdown, stamp
+
+    rows, files = [], []
+    for device in ("cpu", "cuda"):
+        for pattern, make in SOURCES:
+            name = pattern.format(device)
+            d = _load(name)
+            if d is not None:
+                rows += make(d)
+                files.append(f"raw/{name}")
+    head = "| operation | rlconform | peer | ratio (peer time / rlconform time) | target |\n|---|---|---|---|---|\n"
+    table = head + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    facts = stamp(["python", "-m", "tools.benchmarks.report", *sys.argv[1:]],
+                  packages=("torchrl", "tensordict", "sb3_contrib", "stable_baselines3", "pytest-benchmark"),
+                  extra={"regenerate": "python -m tools.benchmarks.report --run"})
+    return ("# Performance\n\n" + render_markdown(facts, data_files=files) + "\n"
+            "Measured side by side in one process, contenders interleaved round by round, one torch thread "
+            "each, medians of thread CPU time (wall time around a synchronised stream on a GPU); a machine "
+            "shared with other jobs slows every contender alike, so the ratios are the figures to read. "
+            "Each raw file carries its own provenance (machine, torch version, thread count, date).\n\n"
+            + table + "\nRegenerate: `python -m tools.benchmarks.report --run [--device cpu|cuda]` "
+            "(without `--run`: from the raw JSON already in `docs/performance/raw/`).\n"), facts
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", action="store_true", help="run every benchmark first")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    from tools.benchmarks._common import one_thread
+
+    one_thread()  # the stamp then records the thread count every benchmark ran with
+    RAW.mkdir(parents=True, exist_ok=True)
+    if args.run:
+        run_all(args.device)
+    page, facts = render()
+    PAGE.write_text(page)
+    (PAGE.parent / "provenance.json").write_text(json.dumps(facts, indent=2) + "\n")  # the site's stamp file
+    print(f"wrote {PAGE}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
