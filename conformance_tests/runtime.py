@@ -250,7 +250,10 @@ class RlconformRun:
                 extra["status"] = "not_applicable"  # every example was declared not applicable
             elif call.excinfo.errisinstance(harness.OpTimeout):
                 # out of time while shrinking a failure already found: that failure is the verdict
-                extra["status"] = (harness.first_failure() or ("timeout",))[0]
+                found = harness.first_failure()
+                extra["status"] = found[0] if found else "timeout"
+                if found:
+                    extra["message"] = harness.plain_text(str(call.excinfo.value))
             elif call.excinfo.errisinstance(harness.ImplementationError) or call.when != "call":
                 extra["status"] = "error"
             examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure

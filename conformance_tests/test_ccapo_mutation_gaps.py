@@ -111,3 +111,35 @@ def test_ratio_exactly_on_the_clip_edge_is_not_clipped(ccapo, log_ratio):
                             clip_eps=eps)
     assert_close(reported(out, "clip_fraction", "ccapo.policy_loss"), 0.0, "CCAPO-PPO-1", dtype=F64,
                  what="clip_fraction with |r - 1| = eps exactly")
+
+
+# Mutant class: the macro advantage's eps default changed (1e-8 -> 2e-8). CCAPO-MACRO-1 states eps = 1e-8;
+# returns spread by ~1e-8 make eps comparable to the std. Such a spread exists only in float64.
+@pytest.mark.clause("CCAPO-MACRO-1")
+def test_macro_advantage_default_eps_on_a_tiny_spread(ccapo):
+    from conformance_tests.harness import require_dtype
+
+    require_dtype(F64)
+    r = np.array([1.0, 1.0 + 2e-8, 1.0 - 1e-8, 1.0 + 4e-8])
+    want = (r - r.mean()) / (r.std() + 1e-8)  # numpy's std is the population std (ddof = 0)
+    assert_close(ccapo.macro_advantage(torch.tensor(r, dtype=F64)), want, "CCAPO-MACRO-1", approx="reduction",
+                 what="macro_advantage without eps on returns 1e-8 apart")
+
+
+# Mutant class: the group-dimension guard's `or` -> `and`: a 0-d tensor or an empty group must be rejected
+# as bad input naming CCAPO-INPUT-3, not fail later on indexing or on an empty reduction.
+@pytest.mark.clause("CCAPO-INPUT-3")
+@pytest.mark.parametrize("returns", [torch.tensor(1.5, dtype=F64), torch.zeros(2, 0, dtype=F64)], ids=["0-d", "empty group"])
+def test_macro_advantage_rejects_a_missing_or_empty_group(ccapo, returns):
+    from conformance_tests.harness import assert_rejects
+
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("macro_advantage"), returns)
+
+
+# Mutant class: the fingerprint guard's `or` -> `and`: a 0-d id tensor has no step axis and must be rejected
+# as bad input naming CCAPO-INPUT-3.
+@pytest.mark.clause("CCAPO-INPUT-3")
+def test_loop_mask_rejects_ids_without_a_step_axis(ccapo):
+    from conformance_tests.harness import assert_rejects
+
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("loop_mask"), torch.tensor(7))

@@ -131,3 +131,50 @@ def test_sapo_policy_loss_half_precision_ratio_beyond_float16_range():
     got = sapo_policy_loss(*half, tau_pos=1.0, tau_neg=2.0)
     assert_close(got, want, "ISR-STAB-1", dtype=torch.float16, approx="reduction",
                  what="SAPO policy loss of float16 tokens, one with log-ratio 15")
+
+
+# Mutant class: the importance ratio of half-precision inputs formed in half (the float32 working dtype
+# dropped). log pi - log mu = 4 + 2^-8 - (-4) is exact in float32 but rounds to 8 in float16 (spacing 2^-7
+# above 8), a 0.4% error in r, twice float16's identity tolerance.
+@pytest.mark.clause("ISR-RATIO-1", "ISR-STAB-1")
+def test_importance_ratio_of_half_inputs_takes_the_exact_log_ratio(isreshape):
+    from conformance_tests.harness import require_dtype
+
+    require_dtype(torch.float16)
+    lp, ref = np.array([4.0 + 2.0 ** -8, -0.5]), np.array([-4.0, -0.75])  # exactly representable in float16
+    got = isreshape.importance_ratio(torch.tensor(lp, dtype=torch.float16), torch.tensor(ref, dtype=torch.float16))
+    assert_close(got, np.exp(lp - ref), "ISR-RATIO-1", dtype=torch.float16,
+                 what="importance_ratio of float16 inputs whose log-ratio float16 cannot hold")
+
+
+def np_sapo_weight(r, tau):
+    """w_SAPO(r) = r sech^2(tau (r - 1) / 2), numpy."""
+    return r / np.cosh(tau * (r - 1.0) / 2.0) ** 2
+
+
+# Mutant class: the weights' tau default changed (1 -> 2); R spans both sides of r = 1, where tau matters.
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-SAPO-1")
+def test_sapo_weight_default_tau(isreshape):
+    tau = isr_defaults()["tau"]
+    assert_close(isreshape.sapo_weight(torch.tensor(R, dtype=F64)), np_sapo_weight(R, tau), "ISR-SAPO-1",
+                 what="sapo_weight without tau")
+
+
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-W-1")
+@pytest.mark.parametrize("gamma", [0.3, 1.0])
+def test_reshape_weight_default_tau(isreshape, gamma):
+    tau = isr_defaults()["tau"]
+    assert_close(isreshape.reshape_weight(torch.tensor(R, dtype=F64), gamma), (1 - gamma) + gamma * np_sapo_weight(R, tau),
+                 "ISR-W-1", what="reshape_weight without tau")
+
+
+# Mutant class: the SAPO weights' guard made stricter (r > 0 asked). No log is taken, so r = 0 is a valid
+# ratio (ISR-INPUT-2) and its weight is 0.
+@pytest.mark.clause("ISR-SAPO-1", "ISR-SAPO-3", "ISR-INPUT-2")
+def test_sapo_weights_accept_a_zero_ratio(isreshape):
+    r = np.array([0.0, 1.5])
+    adv = np.array([1.0, -1.0])
+    assert_close(isreshape.sapo_weight(torch.tensor(r, dtype=F64), tau=2.0), np_sapo_weight(r, 2.0), "ISR-SAPO-1",
+                 what="sapo_weight at r = 0")
+    got = isreshape.sapo_weight_signed(torch.tensor(r, dtype=F64), torch.tensor(adv, dtype=F64), tau_pos=1.0, tau_neg=3.0)
+    assert_close(got, np_sapo_weight(r, np.array([1.0, 3.0])), "ISR-SAPO-3", what="sapo_weight_signed at r = 0")

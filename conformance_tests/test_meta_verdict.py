@@ -73,6 +73,16 @@ def deaf_hang_impl():
     return override(reference_impl.make(), "sac", soft_value=soft_value)
 
 
+def slow_wrong_ratio_impl():
+    """A PPO ratio that is always wrong and slow: Hypothesis finds the failure at once, then runs out of
+    time while shrinking it."""
+    def ratio(new_log_prob, old_log_prob):
+        time.sleep(0.4)
+        return torch.exp(new_log_prob - old_log_prob) + 1.0
+
+    return override(reference_impl.make(), "ppo", ratio=ratio)
+
+
 def stalling_isreshape_impl():
     """IS-Reshape whose importance ratio takes forever: an audit under a time budget cannot finish."""
     def importance_ratio(log_prob, ref_log_prob, *, log_ratio_clamp=20.0):
@@ -654,3 +664,12 @@ def test_conventions_must_name_existing_clauses_that_list_them_back(tmp_path):
                    encoding="utf-8")
     with pytest.raises(SpecError, match="lists unknown convention 'clip_rate'"):
         load_spec(tmp_path)
+
+
+def test_time_running_out_while_shrinking_reports_the_failure_not_a_timeout():
+    payload = run_suite(f"{HERE}:slow_wrong_ratio_impl", clauses=["PPO-RATIO-1"], timeout=3)
+    entry = _entry(clause_report(payload), "PPO-RATIO-1")
+    assert entry["status"] == "fail", entry
+    assert {t["status"] for t in entry["failing_tests"]} == {"fail"}
+    shrinking = [t for t in entry["failing_tests"] if "while Hypothesis was shrinking" in t["message"]]
+    assert shrinking and all("but should be" in t["message"] for t in shrinking), entry["failing_tests"]

@@ -137,15 +137,16 @@ def test_trainer_gae_rejects_gamma_or_lambda_above_one(gamma, lam):
         gae(z, z, z, torch.zeros(2, dtype=F64), gamma=gamma, lam=lam)
 
 
-# Mutant class: the shape guard's `or` -> `and`: a reward column [T, 1] beside values [T, N] would broadcast.
+# Mutant class: the shape guard's `or` -> `and`, which then rejects only when last_value is wrong too. A done
+# column [T, 1] beside rewards and values [T, N] (last_value right) would broadcast silently.
 @pytest.mark.meta
 @pytest.mark.clause("PPO-GAE-1")
-def test_trainer_gae_rejects_rewards_that_only_broadcast():
+def test_trainer_gae_rejects_dones_that_only_broadcast():
     from reference_impl.ppo.gae import gae
 
-    v, d, last = torch.zeros(3, 2, dtype=F64), torch.zeros(3, 2, dtype=F64), torch.zeros(2, dtype=F64)
+    z, last = torch.zeros(3, 2, dtype=F64), torch.zeros(2, dtype=F64)
     with pytest.raises(ValueError):
-        gae(torch.ones(3, 1, dtype=F64), v, d, last, gamma=0.9, lam=0.9)
+        gae(z, z, torch.zeros(3, 1, dtype=F64), last, gamma=0.9, lam=0.9)
 
 
 def _keyed(e, t, a):

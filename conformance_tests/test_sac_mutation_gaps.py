@@ -162,3 +162,49 @@ def test_info_nce_default_temperature(sac):
     want = s_pos - logsumexp(s_all, axis=1)
     got = sac.info_nce(*(torch.tensor(x, dtype=F64) for x in (q, pos, neg)))
     assert_close(got, want, "SAC-NCE-1", approx="reduction", what="info_nce with tau at its default")
+
+
+# Mutant class: the max shift's sign flipped (z - max z -> z + max z). Softmax is shift-invariant, so only
+# rounding tells them apart: float32 holds 1e7 and 1e7 + 1 exactly but not 2e7 + 1 (spacing 2 above 2^24).
+@pytest.mark.clause("SAC-MASK-1")
+def test_masked_softmax_shift_keeps_large_logits_apart(sac):
+    from conformance_tests.harness import require_dtype
+
+    require_dtype(torch.float32)
+    logits = torch.tensor([[1e7, 1e7 + 1.0, 5.0]], dtype=torch.float32)
+    legal = torch.tensor([[True, True, False]])
+    p1 = 1.0 / (1.0 + np.exp(-1.0))  # softmax of the legal pair, whose logits differ by exactly 1
+    want = np.array([[1.0 - p1, p1, spec_default("SAC-DEFAULT-9", "prob_eps")]])
+    assert_close(sac.masked_softmax(logits, legal), want, "SAC-MASK-1", dtype=torch.float32,
+                 what="masked_softmax of legal logits 1e7 and 1e7 + 1 in float32")
+
+
+# Mutant class: the <eos> index range check widened to [0, V] (`<` -> `<=`); index V then fails on indexing
+# with an error that names no clause instead of being rejected as bad input.
+@pytest.mark.clause("SAC-LEGAL-1")
+@pytest.mark.parametrize("eos_index", [-1, 5, 6])
+def test_legal_set_rejects_an_eos_index_outside_the_vocabulary(sac, eos_index):
+    from conformance_tests.harness import assert_rejects
+
+    comp = torch.tensor([[True, False, True, True, False], [False, False, False, False, True]])
+    assert_rejects("SAC-LEGAL-1", sac.raw("legal_set"), comp, eos_index=eos_index, fallback=torch.ones(5, dtype=torch.bool))
+
+
+# Mutant class: the entropy target's kappa default changed (0.9 -> 1.9).
+@pytest.mark.clause("SAC-DEFAULT-3", "SAC-ENT-1")
+def test_target_entropy_default_kappa(sac):
+    legal = torch.tensor([[True, True, False, True], [True, False, False, False], [True, True, True, True]])
+    want = spec_default("SAC-DEFAULT-3", "kappa") * np.log([3.0, 1.0, 4.0])
+    # a bool mask carries no float dtype: the result may come in float32, so float32's tolerance applies
+    assert_close(sac.target_entropy(legal), want, "SAC-ENT-1", dtype=torch.float32, what="target_entropy without kappa")
+
+
+# Mutant class: the shaping discount's range widened at the top (gamma = 1 admitted, or [1, 2) admitted).
+# SAC-INPUT-4: a gamma outside (0, 1) raises.
+@pytest.mark.clause("SAC-INPUT-4")
+@pytest.mark.parametrize("gamma", [1.0, 1.5])
+def test_shaped_reward_rejects_gamma_of_one_or_more(sac, gamma):
+    from conformance_tests.harness import assert_rejects
+
+    t = torch.tensor([0.5, -1.0], dtype=F64)
+    assert_rejects("SAC-INPUT-4", sac.raw("shaped_reward"), t, t, t, torch.tensor([0.0, 1.0], dtype=F64), gamma=gamma)
