@@ -252,10 +252,13 @@ class RlconformRun:
                 # out of time while shrinking a failure already found: that failure is the verdict
                 found = harness.first_failure()
                 extra["status"] = found[0] if found else "timeout"
-                if found:
-                    extra["message"] = harness.plain_text(str(call.excinfo.value))
             elif call.excinfo.errisinstance(harness.ImplementationError) or call.when != "call":
                 extra["status"] = "error"
+            exc = call.excinfo.value
+            if isinstance(exc, (harness.InputMutated, harness.ImplementationError, harness.OpTimeout,
+                                pytest.fail.Exception)) and "message" not in extra:
+                # the suite's own failures carry their whole message: never a traceback excerpt
+                extra["message"] = harness.plain_text(str(exc))
             examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure
             if examples:
                 extra["falsifying_example"] = "\n".join(examples)
