@@ -117,11 +117,12 @@ def test_ratio_exactly_on_the_clip_edge_is_not_clipped(ccapo, log_ratio):
 # returns spread by ~1e-8 make eps comparable to the std. Such a spread exists only in float64.
 @pytest.mark.clause("CCAPO-MACRO-1")
 def test_macro_advantage_default_eps_on_a_tiny_spread(ccapo):
-    from conformance_tests.harness import require_dtype
+    from conformance_tests.harness import convention, np_standardise, require_dtype
 
     require_dtype(F64)
     r = np.array([1.0, 1.0 + 2e-8, 1.0 - 1e-8, 1.0 + 4e-8])
-    want = (r - r.mean()) / (r.std() + 1e-8)  # numpy's std is the population std (ddof = 0)
+    # the seed's eps 1e-8 and population std, or the declared advantage_std convention
+    want = np_standardise(r, convention("advantage_std", "CCAPO-MACRO-1"))
     assert_close(ccapo.macro_advantage(torch.tensor(r, dtype=F64)), want, "CCAPO-MACRO-1", approx="reduction",
                  what="macro_advantage without eps on returns 1e-8 apart")
 
