@@ -677,6 +677,19 @@ def assert_no_grad(clause: str, what: str, *leaves: torch.Tensor) -> None:
             fail(clause, t.grad, f"no gradient into {name} (a constant of the loss)")
 
 
+def grad_of(loss: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+    """∂loss/∂leaf without touching ``.grad`` (the graph is kept); zeros when the loss does not reach it."""
+    (g,) = torch.autograd.grad(loss, [leaf], retain_graph=True, allow_unused=True)
+    return torch.zeros_like(leaf) if g is None else g
+
+
+def assert_no_grad_into(loss: torch.Tensor, clause: str, **leaves: torch.Tensor) -> None:
+    """The loss sends no gradient into any of the named leaves (networks or inputs it must hold constant)."""
+    for name, leaf in leaves.items():
+        g = grad_of(loss, leaf)
+        assert_that(bool((g == 0).all()), clause, g, f"no gradient into {name}")
+
+
 def grad_leaves(*tensors: torch.Tensor) -> list[torch.Tensor]:
     """Fresh ``requires_grad=True`` leaf copies of floating tensors (others are returned unchanged)."""
     return [t.detach().clone().requires_grad_(True) if t.is_floating_point() else t for t in tensors]

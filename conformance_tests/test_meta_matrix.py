@@ -105,3 +105,13 @@ def test_published_matrix_agrees_with_the_pins_and_every_finding_has_its_page():
         for cid, pages in info["finding_pages"].items():
             for page in pages:
                 assert (PUBLISHED.parent / "findings" / page).exists(), (lib, cid, page)
+
+
+def test_a_check_that_audited_nothing_exits_4_never_0(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(matrix, "ADAPTERS", tuple(
+        matrix.Adapter(a.library, a.impl, a.distributions, "no_such_module_for_rlconform", a.install)
+        for a in matrix.ADAPTERS))
+    assert cli.main(["matrix", "--check", "--out", str(tmp_path / "m")]) == 4
+    out = capsys.readouterr()
+    assert "NOT CHECKED verl: not installed (pip install --no-deps" in out.out
+    assert "agrees with the pins" not in out.out

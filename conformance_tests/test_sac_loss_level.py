@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_that, convention, differentiable, masks_supported,
+from conformance_tests.harness import (assert_close, assert_no_grad_into, assert_that, convention, differentiable, masks_supported,
                                       not_applicable, require_differentiable, require_masks, terminated_truncated,
-                                      session_device, working_dtype)
+                                      grad_of, session_device, working_dtype)
 from conformance_tests.modules import TableModule, TwinTable
 from conformance_tests.oracles import huber, masked_softmax, np_
 
@@ -61,7 +61,7 @@ def _np_policy_loss(p, q1, q2, mask, alpha):
     return float(np.mean(-_np_soft_value(p, q1, q2, mask, alpha)))
 
 
-def _np_policy_loss_grad(p, q1, q2, mask, alpha):
+def _np_policy_lossgrad_of(p, q1, q2, mask, alpha):
     """∂L_π/∂z of the legal-set softmax: (1/B)·π_j (g_j − Σ π g), g = α log π − min Q; 0 if illegal."""
     g = alpha * _safe_log(p, mask) - np.minimum(q1, q2)
     mean_g = _legal_sum(p * g, mask)[:, None]
@@ -141,12 +141,6 @@ def _np_losses(nets, batch, hp) -> dict:
             "y": y, "p": p, "h": h, "h_tgt": h_tgt}
 
 
-def _grad(loss: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
-    """∂loss/∂leaf, zeros when the loss does not reach the leaf."""
-    (g,) = torch.autograd.grad(loss, [leaf], retain_graph=True, allow_unused=True)
-    return torch.zeros_like(leaf) if g is None else g
-
-
 # ----------------------------------------------------------------------------- logits entry points
 @pytest.mark.clause("SAC-ENT-3")
 @given(st.data())
@@ -201,7 +195,7 @@ def test_policy_loss_from_logits_value_and_gradient(sac, data):
     if not differentiable("sac.policy_loss_from_logits"):
         return
     grads = torch.autograd.grad(loss, [z, q1, q2], allow_unused=True)
-    expected = _np_policy_loss_grad(p, np_(q1), np_(q2), np_(mask), alpha)
+    expected = _np_policy_lossgrad_of(p, np_(q1), np_(q2), np_(mask), alpha)
     assert_close(grads[0], expected, "SAC-POL-4", approx="gradient", what="dL/dlogits (0 on illegal logits)")
     for g, name in ((grads[1], "q1"), (grads[2], "q2")):
         assert_that(g is None or bool((g == 0).all()), "SAC-POL-4", g, f"no gradient into {name} (Q is a constant)")
@@ -308,12 +302,6 @@ def _grad_case(sac, data):
     return nets, batch, hp, _call_losses(sac, nets, batch, hp), _np_losses(nets, batch, hp)
 
 
-def _assert_no_grad_into(loss, clause, **leaves):
-    for name, leaf in leaves.items():
-        g = _grad(loss, leaf)
-        assert_that(bool((g == 0).all()), clause, g, f"no gradient into {name}")
-
-
 @pytest.mark.clause("SAC-LOSSES-2")
 @given(st.data())
 def test_loss_actor_trains_only_the_policy(sac, data):
@@ -322,11 +310,11 @@ def test_loss_actor_trains_only_the_policy(sac, data):
     table = nets["policy"].table
     n = lambda m: np_(m.table)[:b]  # noqa: E731
     expected = np.zeros(tuple(table.shape))
-    expected[:b] = _np_policy_loss_grad(want["p"], n(nets["critic"].q1), n(nets["critic"].q2),
+    expected[:b] = _np_policy_lossgrad_of(want["p"], n(nets["critic"].q1), n(nets["critic"].q2),
                                         np_(batch["legal_mask"]), math.exp(hp["log_alpha"].item()))
-    assert_close(_grad(out["loss_actor"], table), expected, "SAC-LOSSES-2", approx="gradient",
+    assert_close(grad_of(out["loss_actor"], table), expected, "SAC-LOSSES-2", approx="gradient",
                  what="d loss_actor / d policy table (next-state rows: 0)")
-    _assert_no_grad_into(out["loss_actor"], "SAC-LOSSES-2", critic_q1=nets["critic"].q1.table,
+    assert_no_grad_into(out["loss_actor"], "SAC-LOSSES-2", critic_q1=nets["critic"].q1.table,
                          critic_q2=nets["critic"].q2.table, target_q1=nets["target"].q1.table,
                          log_alpha=hp["log_alpha"])
 
@@ -340,9 +328,9 @@ def test_loss_qvalue_trains_only_the_online_critics(sac, data):
     for name, q in (("critic_q1", nets["critic"].q1), ("critic_q2", nets["critic"].q2)):
         expected = np.zeros(tuple(q.table.shape))
         expected[rows, act] = _critic_penalty(np_(q.table)[rows, act] - want["y"], hp["delta"])[1] / b
-        assert_close(_grad(out["loss_qvalue"], q.table), expected, "SAC-LOSSES-2", approx="gradient",
+        assert_close(grad_of(out["loss_qvalue"], q.table), expected, "SAC-LOSSES-2", approx="gradient",
                      what=f"d loss_qvalue / d {name} (taken actions only)")
-    _assert_no_grad_into(out["loss_qvalue"], "SAC-LOSSES-2", policy=nets["policy"].table,
+    assert_no_grad_into(out["loss_qvalue"], "SAC-LOSSES-2", policy=nets["policy"].table,
                          target_q1=nets["target"].q1.table, target_q2=nets["target"].q2.table,
                          log_alpha=hp["log_alpha"])
 
@@ -351,7 +339,7 @@ def test_loss_qvalue_trains_only_the_online_critics(sac, data):
 @given(st.data())
 def test_loss_alpha_trains_only_log_alpha(sac, data):
     nets, batch, hp, out, want = _grad_case(sac, data)
-    assert_close(_grad(out["loss_alpha"], hp["log_alpha"]), float(np.mean(want["h"] - want["h_tgt"])), "SAC-LOSSES-2",
+    assert_close(grad_of(out["loss_alpha"], hp["log_alpha"]), float(np.mean(want["h"] - want["h_tgt"])), "SAC-LOSSES-2",
                  approx="gradient", what="d loss_alpha / d log alpha = mean(H − H_tgt)")
-    _assert_no_grad_into(out["loss_alpha"], "SAC-LOSSES-2", policy=nets["policy"].table,
+    assert_no_grad_into(out["loss_alpha"], "SAC-LOSSES-2", policy=nets["policy"].table,
                          critic_q1=nets["critic"].q1.table)

@@ -319,7 +319,8 @@ MATRIX_EXIT_CODES = """exit codes of `rlconform matrix`:
   0  the matrix was written (and, with --check, agrees with the pins and every finding has a page)
   1  --check: a finding or deviation appeared or disappeared, or a failure has no finding page
   2  usage error (unknown library, malformed pins file)
-  4  an adapter's audit could not run
+  4  an adapter's audit could not run, or --check found nothing to check (no library installed, or one
+     named with --library is missing)
 """
 
 
@@ -357,6 +358,13 @@ def _cmd_matrix(args) -> int:
                                                                                        audit.EXIT_SUITE)]
     if not (args.check or args.from_json):
         return audit.EXIT_SUITE if bad_runs else 0
+    skipped = [lib for lib, info in m["libraries"].items() if info.get("skipped")]
+    for lib in skipped:
+        print(f"  NOT CHECKED {lib}: {m['libraries'][lib]['skipped']}")
+    if len(skipped) == len(m["libraries"]) or set(args.library or ()) & set(skipped):
+        print(f"rlconform matrix: nothing to check for {', '.join(skipped)}: not installed (exit {audit.EXIT_SUITE})",
+              file=sys.stderr)
+        return audit.EXIT_SUITE  # a check that audited nothing must never pass
     problems = matrix.check(m, matrix.load_pins())
     problems += [f"{lib}: the audit did not complete ({m['libraries'][lib].get('verdict')})" for lib in bad_runs]
     for p in problems:

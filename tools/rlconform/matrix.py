@@ -42,6 +42,7 @@ class Adapter:
     impl: str
     distributions: tuple[str, ...]
     module: str  # importable iff the library is installed
+    install: str  # how to install it next to rlconform
 
     def installed(self) -> bool:
         return util.find_spec(self.module) is not None
@@ -57,12 +58,17 @@ class Adapter:
 
 
 ADAPTERS = (
-    Adapter("torchrl", "conformance_tests.adapters.torchrl:make", ("torchrl", "tensordict"), "torchrl"),
-    Adapter("tianshou", "conformance_tests.adapters.tianshou:make", ("tianshou",), "tianshou"),
+    Adapter("torchrl", "conformance_tests.adapters.torchrl:make", ("torchrl", "tensordict"), "torchrl",
+            'pip install "rlconform[torchrl]"'),
+    Adapter("tianshou", "conformance_tests.adapters.tianshou:make", ("tianshou",), "tianshou",
+            'pip install "rlconform[tianshou]"'),
     Adapter("sb3-contrib", "conformance_tests.adapters.sb3_contrib:make", ("sb3-contrib", "stable-baselines3"),
-            "sb3_contrib"),
-    Adapter("trl", "conformance_tests.adapters.trl:make", ("trl", "transformers"), "trl"),
-    Adapter("verl", "conformance_tests.adapters.verl:make", ("verl",), "verl"),
+            "sb3_contrib", 'pip install "rlconform[sb3]"'),
+    Adapter("trl", "conformance_tests.adapters.trl:make", ("trl", "transformers"), "trl",
+            'pip install "rlconform[trl]"'),
+    # verl pins tensordict and transformers below torchrl's and the LM trainer's: no extra, no dependencies
+    Adapter("verl", "conformance_tests.adapters.verl:make", ("verl",), "verl",
+            'pip install --no-deps "verl>=0.9,<0.10" && pip install ray omegaconf codetiming'),
 )
 
 
@@ -239,7 +245,7 @@ def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs
     for a in chosen:
         info: dict = {"impl": a.impl, "versions": a.versions()}
         if not a.installed():
-            info["skipped"] = f"not installed (pip install \"rlconform[{a.library}]\")"
+            info["skipped"] = f"not installed ({a.install})"
             columns[a.library] = info | {"cells": library_column(None, spec, reason="skipped")}
             _say(on_library, a.library, info["skipped"])
             continue
