@@ -166,6 +166,37 @@ def git_commit(obj: Any) -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+# What an implementation may declare (conformance_tests/contract/__init__.py documents each).
+CAPABILITIES = ("errors_name_clauses", "masks", "dtypes", "differentiable", "terminated_truncated", "conventions")
+CAPABILITY_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def check_capabilities(caps: Any, value: str) -> None:
+    """A misspelt capability or convention would be ignored and the suite would test something the
+    implementation never claimed: every declared name and value must be known."""
+    from rlconform.spec import default_spec
+
+    if caps is None:
+        return
+    if not isinstance(caps, dict):
+        raise PreflightError(f"--impl {value!r}: impl.capabilities must be a dict, got {type(caps).__name__}")
+    unknown = sorted(set(caps) - set(CAPABILITIES))
+    if unknown:
+        raise PreflightError(f"--impl {value!r}: unknown capability {unknown} (known: {', '.join(CAPABILITIES)})")
+    bad = sorted(set(caps.get("dtypes") or ()) - set(CAPABILITY_DTYPES))
+    if bad or ("dtypes" in caps and not caps["dtypes"]):
+        raise PreflightError(f"--impl {value!r}: capabilities['dtypes'] must name some of "
+                             f"{', '.join(CAPABILITY_DTYPES)}, got {caps['dtypes']!r}")
+    spec = default_spec()
+    for name, declared in (caps.get("conventions") or {}).items():
+        if name not in spec.conventions:
+            raise PreflightError(f"--impl {value!r}: unknown convention {name!r} in capabilities['conventions'] "
+                                 f"(spec/conventions.yaml has {', '.join(sorted(spec.conventions))})")
+        if not spec.convention(name).allows(declared):
+            raise PreflightError(f"--impl {value!r}: capabilities['conventions'][{name!r}] = {declared!r} is not an "
+                                 f"allowed value ({spec.convention(name).allowed})")
+
+
 def run(value: str | None, *, device: str = "cpu", families: Iterable[str] | None = None) -> Preflight:
     """Every pre-flight check; :class:`PreflightError` on the first that fails."""
     value = resolve_impl_string(value)
@@ -174,6 +205,7 @@ def run(value: str | None, *, device: str = "cpu", families: Iterable[str] | Non
     if not any(getattr(impl, f, None) is not None for f in fams):
         raise PreflightError(f"--impl {value!r} provides none of the audited families ({', '.join(fams)})")
     ops = check_signatures(impl, fams)
+    check_capabilities(getattr(impl, "capabilities", None), value)
     check_device(device)
     factory_module = sys.modules.get(value.partition(":")[0])
     return Preflight(value, impl, getattr(impl, "name", None), _str(getattr(impl, "version", None)),

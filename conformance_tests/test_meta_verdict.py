@@ -73,6 +73,12 @@ def deaf_hang_impl():
     return override(reference_impl.make(), "sac", soft_value=soft_value)
 
 
+def misdeclared_impl(**capabilities):
+    impl = reference_impl.make()
+    impl.capabilities = capabilities
+    return impl
+
+
 def slow_wrong_ratio_impl():
     """A PPO ratio that is always wrong and slow: Hypothesis finds the failure at once, then runs out of
     time while shrinking it."""
@@ -673,3 +679,16 @@ def test_time_running_out_while_shrinking_reports_the_failure_not_a_timeout():
     assert {t["status"] for t in entry["failing_tests"]} == {"fail"}
     shrinking = [t for t in entry["failing_tests"] if "while Hypothesis was shrinking" in t["message"]]
     assert shrinking and all("but should be" in t["message"] for t in shrinking), entry["failing_tests"]
+
+
+@pytest.mark.parametrize("caps, needle", [
+    ({"mask": False}, "unknown capability ['mask']"),
+    ({"dtypes": ["float23"]}, "capabilities['dtypes'] must name"),
+    ({"conventions": {"value_los_factor": 1.0}}, "unknown convention 'value_los_factor'"),
+    ({"conventions": {"value_loss_factor": 0.7}}, "is not an allowed value"),
+])
+def test_a_misspelt_declaration_stops_the_audit_before_any_test(caps, needle, monkeypatch, tmp_path):
+    # ignored, it would have the suite check something the implementation never claimed
+    monkeypatch.setattr(sys.modules[__name__], "bad_declarations", lambda: misdeclared_impl(**caps), raising=False)
+    code, _, err = _cli("audit", "--impl", f"{HERE}:bad_declarations", "--out", str(tmp_path / "a"))
+    assert code == 3 and needle in err, err
