@@ -35,6 +35,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line("rlconform: docs site tests not collected (pip install -e '.[docs]' to run them)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _warm_audit_children():
+    """The meta-tests run about 150 short audits; their children fork from one warm server per worker
+    (started on the first audit, so a run without meta-tests never starts one)."""
+    from rlconform.audit import warm_children
+
+    with warm_children():
+        yield
+
+
 @pytest.fixture(scope="session")
 def impl():
     """The implementation under test (built once per session; the pre-flight already built it once)."""

@@ -24,6 +24,29 @@ from typing import Any, Callable
 
 import pytest
 
+# The SQLite store's text-keyed schema before symbol interning (issue 11): a file written by an earlier
+# version (the migration test writes one), and the text-keyed upsert floor of tools/benchmarks/bench_stdb.py.
+V1_SQLITE_SCHEMA = """
+CREATE TABLE stdb_edge (
+    loc TEXT NOT NULL, prev_fp TEXT NOT NULL, fp TEXT NOT NULL, n_total BIGINT NOT NULL DEFAULT 0,
+    n_succ BIGINT NOT NULL DEFAULT 0, d_sum DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (loc, prev_fp, fp)
+) WITHOUT ROWID;
+CREATE TABLE stdb_anchor (
+    loc TEXT NOT NULL, prev_fp TEXT NOT NULL, v_bar DOUBLE PRECISION NOT NULL, n_updates BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (loc, prev_fp)
+) WITHOUT ROWID;
+CREATE TABLE stdb_global (
+    id INTEGER PRIMARY KEY CHECK (id = 1), n_succ_total BIGINT NOT NULL DEFAULT 0,
+    n_total_global BIGINT NOT NULL DEFAULT 0
+);
+INSERT INTO stdb_global (id, n_succ_total, n_total_global) VALUES (1, 0, 0);
+"""
+V1_UPSERT_EDGE = (
+    "INSERT INTO stdb_edge (loc, prev_fp, fp, n_total, n_succ, d_sum) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (loc, prev_fp, fp) DO UPDATE SET n_total = stdb_edge.n_total + excluded.n_total, "
+    "n_succ = stdb_edge.n_succ + excluded.n_succ, d_sum = stdb_edge.d_sum + excluded.d_sum"
+)
+
 PG_USER = "postgres"
 # synchronous_commit=off: a commit survives a client or server process crash but not an OS crash,
 # the same durability as the SQLite store's WAL + synchronous=NORMAL.

@@ -319,11 +319,15 @@ def test_batched_fold_equals_stdb_update(stream, sizes, v_rate, alpha_smooth, di
 
 @pytest.mark.meta
 @pytest.mark.clause("CCAPO-STDB-6", "CCAPO-INPUT-3")
-def test_batch_is_all_or_nothing(store_backend):
+@pytest.mark.parametrize("bad", [
+    {"anchors": [("room", "<START>")], "fingerprints": ["A0", "A1"], "success": True},  # lengths differ
+    {"anchors": [("room", "<START>", "extra")], "fingerprints": ["A0"], "success": True},  # not a pair
+    {"anchors": ["room"], "fingerprints": ["A0"], "success": False},  # not a pair
+], ids=["length", "triple", "bare"])
+def test_batch_is_all_or_nothing(store_backend, bad):
     with contextlib.closing(store_backend.open(store_backend.new())) as store:
         store.update_many([_traj(0), _traj(1)])
         before = store.snapshot()
-        bad = {"anchors": [("room", "<START>")], "fingerprints": ["A0", "A1"], "success": True}
         assert_rejects("CCAPO-INPUT-3", store.update_many, [_traj(2), _traj(3), bad])
         assert_that(store.snapshot() == before, "CCAPO-STDB-6", store.snapshot(), "a rejected batch writes nothing")
 
@@ -400,6 +404,124 @@ def test_schema_is_portable_and_sqlite_uses_wal(tmp_path):
     mode = store._conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert_equal(mode, "wal", "CCAPO-STDB-6", "journal mode")
     store.close()
+
+
+def _worded(w: str, i: int) -> dict:
+    """_traj(i) with fingerprints of writer ``w``'s own (texts no other writer brings)."""
+    tr = _traj(i)
+    return {**tr, "fingerprints": [f"{w}{i % 4}{k}" for k in range(len(tr["fingerprints"]))]}
+
+
+def _worded_writer(backend, loc, w, n):
+    with contextlib.closing(backend.open(loc)) as store:
+        for i in range(n):
+            store.update_many([_worded(w, i), _traj(i)])
+
+
+def _symbol_rows(store) -> list[tuple[int, str]]:
+    return sorted(tuple(r) for r in store._exec("SELECT id, text FROM stdb_symbol"))
+
+
+def _texts(trajs) -> set[str]:
+    return {t for tr in trajs for a, f in zip(tr["anchors"], tr["fingerprints"]) for t in (*a, f)}
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_two_writers_intern_each_symbol_once(shared_backend):
+    """Two writers on one store, each adding texts the other has not seen (and some it has): every
+    text gets exactly one id, and both read back the other's edges by text."""
+    loc = shared_backend.new()
+    a, b = shared_backend.open(loc), shared_backend.open(loc)
+    trajs = []
+    for i in range(8):  # alternate writers; each batch brings new texts and repeats earlier ones
+        w = "AB"[i % 2]
+        batch = [_worded(w, i), _traj(i), _worded(w, i + 1)]
+        (a, b)[i % 2].update_many(batch)
+        trajs += batch
+    for store in (a, b):
+        _assert_matches_replay(store.snapshot(), trajs, f"{shared_backend.name} two interning writers:")
+    rows = _symbol_rows(a)
+    assert_equal(sorted(t for _, t in rows), sorted(_texts(trajs)), "CCAPO-STDB-6", "one symbol row per distinct text")
+    assert_equal(len({i for i, _ in rows}), len(rows), "CCAPO-STDB-6", "distinct ids")
+    a.close()
+    b.close()
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_concurrent_writers_intern_new_symbols_once(shared_backend):
+    """Writer processes racing, each bringing texts of its own and shared ones: no lost counts, one
+    id per text (each writer reads the ids others assigned before assigning its own)."""
+    loc = shared_backend.new()
+    shared_backend.open(loc).close()  # create the schema once
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_worded_writer, args=(shared_backend, loc, w, 12)) for w in "WXYZ"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert_equal(p.exitcode, 0, "CCAPO-STDB-6", f"writer exit code ({shared_backend.name})")
+    trajs = [tr for w in "WXYZ" for i in range(12) for tr in (_worded(w, i), _traj(i))]
+    with contextlib.closing(shared_backend.open(loc)) as store:
+        _assert_matches_replay(store.snapshot(), trajs, f"{shared_backend.name} racing interning writers:")
+        rows = _symbol_rows(store)
+        assert_equal(sorted(t for _, t in rows), sorted(_texts(trajs)), "CCAPO-STDB-6", "one symbol row per text")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_symbol_id_overflow_is_rejected_cleanly(shared_backend):
+    """Symbol ids are 21-bit (three pack into one signed 64-bit key): the last id, 2**21 - 1, is
+    usable and round-trips; a batch that needs one more is rejected naming the clause, writing nothing."""
+    last = 2 ** 21 - 1
+    with contextlib.closing(shared_backend.open(shared_backend.new())) as store:
+        store.update(_traj(0))
+        with store.transaction():  # as if the store already held 2**21 - 2 symbols
+            store._exec("INSERT INTO stdb_symbol (id, text) VALUES (?, ?)", (last - 1, "filler"))
+        edge = {"anchors": [("room", "filler")], "fingerprints": ["the-last-id"], "success": True}
+        store.update(edge)  # one new text: it takes the last id
+        assert_equal(max(i for i, _ in _symbol_rows(store)), last, "CCAPO-STDB-6", "the last id is used")
+        _assert_matches_replay(store.snapshot(), [_traj(0), edge], "the highest packed key round-trips:")
+        before = store.snapshot()
+        over = {"anchors": [("room", "<START>")], "fingerprints": ["one-too-many"], "success": True}
+        err = assert_rejects("CCAPO-STDB-6", store.update_many, [_traj(1), over])
+        assert_that("CCAPO-STDB-6" in str(err) and "2097151" in str(err), "CCAPO-STDB-6", str(err),
+                    "an error naming the clause and the id limit")
+        assert_that(store.snapshot() == before, "CCAPO-STDB-6", store.snapshot(), "the rejected batch wrote nothing")
+        store.update_many([_traj(3), edge])  # known texts only: still writable
+        _assert_matches_replay(store.snapshot(), [_traj(0), edge, _traj(3), edge], "after the rejected batch:")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("CCAPO-STDB-6")
+def test_text_keyed_store_file_is_migrated_on_open(tmp_path):
+    """A store file written before symbol interning (text key columns) opens with the same statistics
+    and keeps folding: a trainer resuming an old run continues where it stopped."""
+    import sqlite3
+
+    from conformance_tests.stdb_backends import V1_SQLITE_SCHEMA
+    from reference_impl.ccapo.stdb import sqlite_store
+
+    before = [_traj(i) for i in range(9)] + [{"anchors": [(k, k)], "fingerprints": [k], "success": True}
+                                               for k in _NASTY[:5]]
+    state = _fold_oracle(before)
+    path = tmp_path / "v1.sqlite"
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.executescript(V1_SQLITE_SCHEMA)
+        conn.executemany("INSERT INTO stdb_edge VALUES (?, ?, ?, ?, ?, ?)",
+                         [(*k, e["n_total"], e["n_succ"], e["d_sum"]) for k, e in state["edges"].items()])
+        conn.executemany("INSERT INTO stdb_anchor VALUES (?, ?, ?, ?)",
+                         [(*u, a["v_bar"], a["n_updates"]) for u, a in state["anchors"].items()])
+        conn.execute("UPDATE stdb_global SET n_succ_total = ?, n_total_global = ?",
+                     (state["n_succ_total"], state["n_total_global"]))
+    with contextlib.closing(sqlite_store(path)) as store:
+        assert_that(store.snapshot() == state, "CCAPO-STDB-6", store.snapshot(), "the old file's statistics")
+        store.update_many([_traj(9), _traj(10)])
+    with contextlib.closing(sqlite_store(path)) as store:  # reopened: already migrated
+        cols = [c[0] for c in store._exec("SELECT * FROM stdb_edge WHERE 1 = 0").description]
+        assert_equal(cols, ["id", "n_total", "n_succ", "d_sum"], "CCAPO-STDB-6", "the interned schema")
+        _assert_matches_replay(store.snapshot(), before + [_traj(9), _traj(10)], "migrated, then folded:")
 
 
 @pytest.mark.clause("CCAPO-INPUT-3")

@@ -9,7 +9,10 @@ update" is one distinct edge of one trajectory (an N_total increment). Rows:
 * ``sqlite_store`` / ``postgres_store`` / ``memory_store``: ``update_many(batch)``, one transaction
   per batch, with the full rule (counts, d_goal, V-bar);
 * ``sqlite_store_per_trajectory``: ``update(trajectory)``, one transaction each (the old trainer loop);
-* ``raw_executemany``: the counter upserts alone, precomputed, one ``executemany`` per batch;
+* ``raw_executemany``: the counter upserts alone, precomputed, one ``executemany`` per batch, into
+  text-keyed tables (loc, prev_fp, fp): the floor of the store's schema before symbol interning;
+* ``raw_int_executemany``: the same upserts with the store's own packed integer keys and tables (the
+  floor of today's schema; symbols interned beforehand, not timed);
 * ``dict``: the counter increments alone, precomputed, into a Python dict.
 
 Run: ``python -m pytest tools/benchmarks -k bench_stdb`` (naming the file itself collects it twice:
@@ -25,7 +28,8 @@ import time
 import pytest
 
 from reference_impl.ccapo.stdb import MemorySTDB, postgres_store, sqlite_store, trajectory_edges
-from reference_impl.ccapo.stdb.sql import _UPSERT_EDGE, SQLITE_SCHEMA_SQL
+from conformance_tests.stdb_backends import V1_SQLITE_SCHEMA, V1_UPSERT_EDGE
+from reference_impl.ccapo.stdb.sql import _UPSERT_EDGE, ID_BITS, SQLITE_SCHEMA_SQL
 
 PROMPTS, ROLLOUTS, STEPS, BATCHES = 8, 8, 20, 20
 ROUNDS = 5
@@ -73,9 +77,10 @@ class _RateReport:
     def pytest_terminal_summary(self, terminalreporter):
         if RATES:
             terminalreporter.write_sep("-", f"STDB edge updates/s ({self.n} per round, median of {ROUNDS} rounds)")
-            raw = RATES.get("raw_executemany")
+            raw, raw_int = RATES.get("raw_executemany"), RATES.get("raw_int_executemany")
             for row, rate in RATES.items():
                 vs = f"   {rate / raw:.2f}x raw executemany" if raw else ""
+                vs += f"   {rate / raw_int:.2f}x raw int executemany" if raw_int else ""
                 terminalreporter.write_line(f"{row:30s} {rate:>12,.0f}/s{vs}")
 
 
@@ -133,25 +138,40 @@ def test_dict(benchmark, record_median, workload):
     _run(benchmark, record_median, "dict", setup, fold, n)
 
 
-def test_raw_executemany(benchmark, record_median, workload, tmp_path):
-    _, rows, n = workload
+def _raw_rows(benchmark, record_median, tmp_path, key, schema, upsert, rows, n):
     paths = iter(range(10**6))
 
     def setup():
-        conn = sqlite3.connect(str(tmp_path / f"raw{next(paths)}.sqlite"), isolation_level=None)
+        conn = sqlite3.connect(str(tmp_path / f"{key}{next(paths)}.sqlite"), isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        for stmt in filter(str.strip, SQLITE_SCHEMA_SQL.split(";")):  # the store's own tables
+        for stmt in filter(str.strip, schema.split(";")):
             conn.execute(stmt)
         return (conn,), {}
 
     def fold(conn):
         for rb in rows:
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(_UPSERT_EDGE, rb)
+            conn.executemany(upsert, rb)
             conn.execute("COMMIT")
         conn.close()
-    _run(benchmark, record_median, "raw_executemany", setup, fold, n)
+    _run(benchmark, record_median, key, setup, fold, n)
+
+
+def test_raw_executemany(benchmark, record_median, workload, tmp_path):
+    _, rows, n = workload
+    _raw_rows(benchmark, record_median, tmp_path, "raw_executemany", V1_SQLITE_SCHEMA, V1_UPSERT_EDGE, rows, n)
+
+
+def test_raw_int_executemany(benchmark, record_median, workload, tmp_path):
+    _, rows, n = workload
+    ids: dict[str, int] = {}
+    for rb in rows:
+        for r in rb:
+            for t in r[:3]:
+                ids.setdefault(t, len(ids))
+    packed = [[((ids[r[0]] << 2 * ID_BITS) | (ids[r[1]] << ID_BITS) | ids[r[2]], *r[3:]) for r in rb] for rb in rows]
+    _raw_rows(benchmark, record_median, tmp_path, "raw_int_executemany", SQLITE_SCHEMA_SQL, _UPSERT_EDGE, packed, n)
 
 
 def test_memory_store(benchmark, record_median, workload):

@@ -9,6 +9,7 @@ release can be gated on; ``render_checklist`` writes the grey-release checklist,
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -95,6 +96,51 @@ def child_env() -> dict[str, str]:
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+# ----------------------------------------------------------------------------- warm children
+_warm: dict[str, Any] = {"depth": 0, "server": None, "failed": False}
+
+
+@contextlib.contextmanager
+def warm_children():
+    """While the block runs, :func:`run_suite` forks its children from one warm server (started on first
+    use, closed when the outermost block ends) instead of starting a fresh Python for each: for callers
+    that run many short audits (the mutants, the suite's own meta-tests). A server that cannot start
+    or dies leaves plain child processes: slower, never a different verdict."""
+    _warm["depth"] += 1
+    try:
+        yield
+    finally:
+        _warm["depth"] -= 1
+        if not _warm["depth"] and _warm["server"] is not None:
+            _warm["server"].close()
+            _warm["server"], _warm["failed"] = None, False
+
+
+def _warm_server():
+    from rlconform.forkserver import ForkServer, ForkServerError
+
+    server = _warm["server"]
+    if server is not None and not server.alive:
+        server.close()
+        server = _warm["server"] = None
+    if server is None and not _warm["failed"]:
+        try:  # preload what a child's collection of the suite imports (test modules excepted)
+            server = _warm["server"] = ForkServer(
+                ["xdist.plugin", "conformance_tests.plugin", "_hypothesis_pytestplugin"],
+                discover=["--pyargs", "conformance_tests", "-p", "conformance_tests.plugin",
+                          "-p", "_hypothesis_pytestplugin"], call=["rlconform.spec:default_spec"], env=child_env())
+        except ForkServerError as e:
+            _warm["failed"] = True
+            print(f"rlconform: {e}; starting each audit child afresh", file=sys.stderr)
+    return server
+
+
+def _launch(args: list[str], **popen_kw):
+    """The child pytest: forked from the warm server inside :func:`warm_children`, else a new process."""
+    server = _warm_server() if _warm["depth"] else None
+    return server.popen(args, **popen_kw) if server is not None else subprocess.Popen(args, **popen_kw)
 
 
 @dataclasses.dataclass
@@ -211,8 +257,8 @@ def run_suite(
                 args = _child_args(tmp, targets, impl=impl, profile=profile, device=device, clauses=clauses,
                                    families=families, expectations=expectations, jobs=jobs, timeout=timeout,
                                    seed=seed, events=events, skip=skip, extra=extra)
-                proc = subprocess.Popen(args, cwd=tmp, env=child_env(), stdout=log_file, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+                proc = _launch(args, cwd=tmp, env=child_env(), stdout=log_file, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
                 state.finished = None
                 try:
                     reason = _watch(proc, state, events, on_event, per_test + grace if per_test else 0, started,

@@ -6,7 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
-from rlconform.audit import FAILED, clause_report, run_suite
+from rlconform.audit import FAILED, clause_report, run_suite, warm_children
 
 KILLED = FAILED
 
@@ -58,7 +58,7 @@ def run_mutant(m, *, full: bool = False, profile: str = "mutant") -> MutantResul
 
 def run_mutants(mutants, *, jobs: int | None = None, full: bool = False, profile: str = "mutant",
                 on_result: Callable[[MutantResult], None] | None = None) -> list[MutantResult]:
-    """Every mutant, ``jobs`` child processes at a time (each mutant is its own pytest process), in order."""
+    """Every mutant, ``jobs`` at a time, in order; each is its own pytest process, forked from one warm server."""
     mutants = list(mutants)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(mutants) or 1))
 
@@ -68,5 +68,5 @@ def run_mutants(mutants, *, jobs: int | None = None, full: bool = False, profile
             on_result(result)
         return result
 
-    with ThreadPoolExecutor(jobs) as pool:
+    with warm_children(), ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(one, mutants))

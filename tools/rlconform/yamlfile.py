@@ -20,8 +20,9 @@ class YamlFileError(ValueError):
 Lines = Mapping[tuple, int]
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A safe loader that remembers the line of every mapping value and sequence item."""
+class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """A safe loader that remembers the line of every mapping value and sequence item (libyaml's parser
+    where PyYAML has it: every audit child reads the whole spec, 4x faster than the pure-Python one)."""
 
 
 def _construct_with_lines(loader: _LineLoader, node: yaml.Node, path: tuple) -> Any:

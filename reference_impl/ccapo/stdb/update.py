@@ -27,10 +27,11 @@ def trajectory_edges(trajectory: Mapping[str, Any]) -> dict[tuple[str, str, str]
     anchors, fps = trajectory["anchors"], trajectory["fingerprints"]
     if len(anchors) != len(fps):
         raise ValueError(f"[CCAPO-INPUT-3] {len(anchors)} anchors but {len(fps)} fingerprints")
-    last: dict[tuple[str, str, str], int] = {}
-    for t, (a, f) in enumerate(zip(anchors, fps)):
-        last[(*tuple(a), f)] = t
-    return last
+    try:  # a repeated key keeps its first position and takes its last value
+        return {(loc, prev, f): t for t, ((loc, prev), f) in enumerate(zip(anchors, fps))}
+    except (TypeError, ValueError) as e:  # an anchor that is not a pair, a key that is not hashable
+        raise ValueError(f"[CCAPO-INPUT-3] anchors must be (location, previous fingerprint) pairs and "
+                         f"fingerprints strings: {e}") from None
 
 
 def stdb_update(stats: Mapping[str, Any], trajectory: Mapping[str, Any], *, v_rate: float = 0.1,
@@ -88,10 +89,16 @@ def plan_batch(trajectories: Sequence[Mapping[str, Any]]) -> Plan:
 
 def plan_keys(plan: Plan) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """The distinct edges and anchors a planned batch touches, in first-visit order."""
-    edges: dict[tuple[str, str, str], None] = {}
-    for last, *_ in plan:
-        edges.update(dict.fromkeys(last))
+    edges = plan_edges(plan)
     return list(edges), list(dict.fromkeys(k[:2] for k in edges))
+
+
+def plan_edges(plan: Plan) -> dict[tuple[str, str, str], int]:
+    """The distinct edges a planned batch touches, in first-visit order (as keys; the values are meaningless)."""
+    edges: dict[tuple[str, str, str], int] = {}
+    for last, *_ in plan:
+        edges.update(last)
+    return edges
 
 
 def batch_keys(trajectories: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:

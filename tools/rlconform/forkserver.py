@@ -1,0 +1,331 @@
+"""A warm process that starts ``python -m MODULE ...`` runs by forking, and a Popen-like handle on each run.
+
+Starting pytest on the suite costs about 3 s per child process, almost all of it importing torch,
+hypothesis and our packages; the tests of one mutant or one meta-test audit take well under a second.
+The server imports those modules once and then forks one child per request, so a child starts in
+milliseconds. The handle behaves like :class:`subprocess.Popen` where :func:`rlconform.audit.run_suite`
+uses it (``poll``, ``wait(timeout)``, ``send_signal``, ``kill``, ``returncode``), so the audit's watchdog,
+Ctrl-C handling and event stream work unchanged.
+
+Why a separate server rather than forking the caller: the caller (a pytest worker, a trainer) has run
+torch operations, and a child forked after OpenMP started its thread pool can hang. The server only
+imports: it never runs an operation before it forks.
+
+What a child gets, as ``subprocess.Popen(argv, cwd=..., env=..., stdin=..., stdout=..., stderr=...)`` would
+give it: the argv, working directory and environment of the request, and the caller's own file descriptors
+(passed over the Unix socket), default signal handlers, its own process group (``kill`` ends its
+grandchildren too, e.g. xdist workers) and a fresh ``random`` seed. Test modules and conftest files are
+never preloaded, so pytest still rewrites their assertions.
+
+    python -m rlconform.forkserver serve SOCKET CONFIG_JSON   # started by ForkServer, never by hand
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import os
+import random
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any, Iterable, Sequence
+
+_READY = "forkserver ready"
+_MAX_FDS = 3
+
+
+class ForkServerError(RuntimeError):
+    """The server could not be started (the caller falls back to plain subprocesses)."""
+
+
+# ----------------------------------------------------------------------------- the server process
+def _is_test_module(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last.startswith("test_") or last == "conftest" or last.endswith("_test")
+
+
+def _child_main(request: dict, fds: list[int]) -> None:
+    """In a forked child: become the requested ``python -m`` run, then _exit with its code."""
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGPIPE, signal.SIGHUP):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        random.seed()
+        argv = request["argv"]
+        if len(argv) < 3 or argv[1] != "-m":
+            raise ValueError(f"the fork server runs `python -m MODULE ...` only, not {argv[:3]}")
+        sys.argv = [argv[2], *argv[3:]]
+        sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - reported as Python would, exit 1
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _preload(modules: Sequence[str], discover: Sequence[str] | None) -> int:
+    """Import ``modules``, then (``discover``: pytest arguments) every module a forked ``pytest
+    --collect-only`` with those arguments imports, test modules and conftest files excepted."""
+    names = list(modules)
+    if discover is not None:
+        with tempfile.NamedTemporaryFile("r", suffix=".modules", delete=False) as tmp:
+            path = tmp.name
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
+                import pytest
+
+                code = int(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *discover]))
+                Path(path).write_text("\n".join(sorted(sys.modules)), encoding="utf-8")
+            finally:
+                os._exit(code)
+        os.waitpid(pid, 0)
+        names += Path(path).read_text(encoding="utf-8").split()
+        os.unlink(path)
+    loaded = 0
+    for name in names:
+        if name in sys.modules or _is_test_module(name) or name == "__main__":
+            continue
+        try:
+            importlib.import_module(name)
+            loaded += 1
+        except BaseException:  # noqa: BLE001 - a module that cannot be imported on its own is left to the child
+            pass
+    return loaded
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def serve(sock_path: str, config: dict) -> None:
+    """Preload, announce readiness on stdout, then fork one child per connection until stdin closes
+    (the creator ended or died: the server then kills its children and exits)."""
+    os.environ.update(config.get("env", {}))
+    n = _preload(config.get("modules", ()), config.get("discover"))
+    for target in config.get("call", ()):  # warm caches the children share (e.g. the parsed spec)
+        module, _, name = target.partition(":")
+        getattr(importlib.import_module(module), name)()
+    gc.freeze()  # what the server holds stays out of every child's collections (pytest forces several)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(16)
+    print(f"{_READY}: {n} modules preloaded", flush=True)
+    children: dict[int, socket.socket] = {}  # pid -> the connection that asked for it
+    while True:
+        conns = list(children.values())
+        readable, _, _ = select.select([listener, sys.stdin, *conns], [], [], 0.1)
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1024):
+            for pid in children:
+                _kill_group(pid)
+            return
+        for conn in conns:  # a caller that went away: its run ends too
+            if conn in readable and not conn.recv(64):
+                pid = next(p for p, c in children.items() if c is conn)
+                _kill_group(pid)
+        if listener in readable:
+            conn, _ = listener.accept()
+            msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, _MAX_FDS)
+            while not msg.endswith(b"\n"):  # a long environment arrives in pieces
+                chunk = conn.recv(1 << 16)
+                if not chunk:
+                    break
+                msg += chunk
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                for c in (conn, *conns):
+                    c.close()
+                _child_main(json.loads(msg.decode("utf-8")), fds)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"pid {pid}\n".encode())
+            children[pid] = conn
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+                conn.close()
+
+
+# ----------------------------------------------------------------------------- the caller's side
+class WarmChild:
+    """A run forked by the server: the part of :class:`subprocess.Popen` the audit uses."""
+
+    def __init__(self, conn: socket.socket, pid: int, args: list[str]):
+        self._conn, self.pid, self.args = conn, pid, args
+        self.returncode: int | None = None
+        self._buf = b""
+
+    def _take(self, timeout: float | None) -> None:
+        if self.returncode is not None:
+            return
+        ready, _, _ = select.select([self._conn], [], [], timeout)
+        if not ready:
+            return
+        data = self._conn.recv(64)
+        if not data:  # the server died under its child: end the child too, report it killed
+            _kill_group(self.pid)
+            self.returncode = -signal.SIGKILL
+        self._buf += data
+        if self._buf.endswith(b"\n"):
+            self.returncode = int(self._buf.split()[-1])
+        if self.returncode is not None:
+            self._conn.close()
+
+    def poll(self) -> int | None:
+        self._take(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._take(left)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """The child and its process group (xdist workers, a forked helper)."""
+        if self.returncode is None:
+            _kill_group(self.pid)
+
+    def __enter__(self) -> WarmChild:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.returncode is None:
+            self.kill()
+            self.wait()
+
+
+class ForkServer:
+    """One warm server; :meth:`popen` starts a run in it. Use as a context manager, or :meth:`close`."""
+
+    def __init__(self, modules: Iterable[str] = (), *, discover: Sequence[str] | None = None,
+                 call: Iterable[str] = (), env: dict[str, str] | None = None, start_timeout: float = 300.0):
+        self._dir = tempfile.mkdtemp(prefix="rlconform-fork-")
+        self.sock = os.path.join(self._dir, "sock")
+        config = {"modules": list(modules), "discover": None if discover is None else list(discover),
+                  "call": list(call), "env": dict(env or {})}
+        self._proc = subprocess.Popen([sys.executable, "-m", "rlconform.forkserver", "serve", self.sock,
+                                       json.dumps(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline = time.monotonic() + start_timeout
+        seen = []
+        while True:
+            ready, _, _ = select.select([self._proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = self._proc.stdout.readline() if ready else ""
+            if line.startswith(_READY):
+                break
+            seen.append(line)
+            if not ready or not line:
+                self.close()
+                raise ForkServerError("the fork server did not start:\n" + "".join(seen)[-2000:])
+
+    def popen(self, args: Sequence[str], *, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
+              stdin: IO | int | None = None, stdout: IO | int | None = None,
+              stderr: IO | int | None = None) -> WarmChild:
+        """As ``subprocess.Popen(args, ...)`` for ``args = [python, "-m", module, ...]``; ``stderr=STDOUT``
+        and ``stdin=DEVNULL`` are understood."""
+        def fd(stream, default: int) -> int:
+            if stream is None:
+                return default
+            if stream == subprocess.DEVNULL:
+                return os.open(os.devnull, os.O_RDWR)
+            return stream if isinstance(stream, int) else stream.fileno()
+
+        out = fd(stdout, 1)
+        fds = [fd(stdin, 0), out, out if stderr == subprocess.STDOUT else fd(stderr, 2)]
+        request = {"argv": [str(a) for a in args], "cwd": str(cwd or os.getcwd()),
+                   "env": dict(os.environ if env is None else env)}
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.sock)
+            socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], fds)
+        finally:
+            if stdin == subprocess.DEVNULL:
+                os.close(fds[0])
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = conn.recv(64)
+            if not chunk:
+                raise ForkServerError("the fork server closed the connection before starting the run")
+            reply += chunk
+        return WarmChild(conn, int(reply.split()[-1]), list(request["argv"]))
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                _kill_group(self._proc.pid)
+                self._proc.wait()
+        with contextlib.suppress(OSError):
+            os.unlink(self.sock)
+        with contextlib.suppress(OSError):
+            os.rmdir(self._dir)
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "serve":
+        sys.exit("usage: python -m rlconform.forkserver serve SOCKET CONFIG_JSON (started by ForkServer)")
+    serve(sys.argv[2], json.loads(sys.argv[3]))
