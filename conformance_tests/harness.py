@@ -42,6 +42,17 @@ _STATE: dict[str, Any] = {"impl": "reference_impl:make", "device": "cpu", "calls
                           "deviations": {}}
 
 
+# operation (the implementation's callable) -> the message of the time-out it hit in this process: a hung
+# operation is not called again, so an op that hangs under every test costs one test's budget, not one
+# per test that calls it
+_HUNG: dict[tuple[int, int], tuple[Callable, str]] = {}  # keyed by _op_key; the value keeps the op alive
+
+
+def _op_key(fn: Callable) -> tuple[int, int]:
+    """The same key for every bound-method object of one method of one object (any callable, hashable or not)."""
+    return id(getattr(fn, "__func__", fn)), id(getattr(fn, "__self__", None))
+
+
 class ImplementationError(Exception):
     """The implementation raised where the test expected a result."""
 
@@ -336,6 +347,10 @@ def _run_within_deadline(fn: Callable, name: str, args: tuple, kwargs: dict) -> 
     """Call ``fn``; past the test's deadline raise :class:`OpTimeout` (SIGALRM, main thread only)."""
     if _STATE["timed_out"]:
         raise OpTimeout(_STATE["timed_out"])
+    if (hung := _HUNG.get(_op_key(fn))) is not None:
+        _STATE["timed_out"] = (f"{name} is not called again: it did not return within an earlier test's time "
+                               f"budget ({hung[1]}) [{_clause_tag()}: {name}]")
+        raise OpTimeout(_STATE["timed_out"])
     deadline = _STATE["deadline"]
     if deadline is None or threading.current_thread() is not threading.main_thread():
         return fn(*args, **kwargs)
@@ -348,6 +363,8 @@ def _run_within_deadline(fn: Callable, name: str, args: tuple, kwargs: dict) -> 
 
     def expire(signum, frame):
         _STATE["timed_out"] = msg
+        if not _STATE["first_failure"]:  # a real hang, not a shrink that ran long
+            _HUNG.setdefault(_op_key(fn), (fn, msg))
         raise OpTimeout(msg)
 
     if remaining <= 0:

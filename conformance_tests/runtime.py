@@ -83,6 +83,7 @@ class RlconformRun:
         self.timeout = float(option(config, "timeout", "RLCONFORM_TIMEOUT", DEFAULT_TIMEOUT))
         self.families = _csv(option(config, "families"))
         self.clauses = _csv(option(config, "clauses"))
+        self.failed_clauses: set[str] = set()  # by this process's tests (the mutant profile skips on it)
         self._restore: list = []
         self._setup_torch()
         self.seed = self._setup_hypothesis()
@@ -215,7 +216,11 @@ class RlconformRun:
 
     # ------------------------------------------------------------------ running
     def pytest_runtest_setup(self, item):
-        harness.begin_test(clauses=item_clauses(item), timeout=self.timeout or None)
+        clauses = item_clauses(item)
+        if self.profile == "mutant" and clauses and self.failed_clauses.issuperset(clauses):
+            # a mutant is killed by one failing test per clause: the rest of its clauses' tests add nothing
+            pytest.skip("mutant profile: every clause of this test already failed")
+        harness.begin_test(clauses=clauses, timeout=self.timeout or None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item):
@@ -288,6 +293,8 @@ class RlconformRun:
         extra = props.get(_PROP + "_result") or {}
         status = _classify(report, extra)
         # a teardown error after a passing call still counts: the first non-pass wins
+        if status in ("fail", "error", "timeout"):
+            self.failed_clauses.update(record["clauses"])
         if record["outcome"] in (None, "pass", "deviation") or status not in ("pass", "deviation"):
             record["outcome"] = status
             if extra.get("deviations"):

@@ -356,8 +356,8 @@ def test_nasty_keys_round_trip(store_backend):
 @pytest.mark.clause("CCAPO-STDB-6")
 @pytest.mark.parametrize("key", ["nul\x00inside", "\x00", "oversized " + "长x" * 5000], ids=["nul", "only-nul", "oversized"])
 def test_unstorable_key_round_trips_or_is_rejected_cleanly(store_backend, key):
-    """A NUL character (PostgreSQL text cannot hold one) or an oversized key (PostgreSQL caps a
-    primary-key entry at about 2.7 kB) either round-trips exactly or raises, leaving the store as it
+    """A NUL character (PostgreSQL text cannot hold one) or a key of kilobytes (beyond the about 2.7 kB
+    PostgreSQL allows an index entry) either round-trips exactly or raises, leaving the store as it
     was and writable."""
     with contextlib.closing(store_backend.open(store_backend.new())) as store:
         store.update(_traj(0))

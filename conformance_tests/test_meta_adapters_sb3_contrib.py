@@ -3,8 +3,6 @@ page's repro (the library alone) still prints the defect it reports."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +14,11 @@ pytestmark = pytest.mark.meta
 FINDINGS = Path(__file__).resolve().parents[1] / "docs" / "audits" / "findings"
 
 
-def repro_output(page: str) -> str:
-    """Run the first python block of a finding page in a fresh interpreter; its stdout (the page's claim)."""
+def repro_output(page: str, run_python) -> str:
+    """Run the first python block of a finding page as a script of its own; its stdout (the page's claim)."""
     code = re.search(r"```python\n(.*?)```", (FINDINGS / page).read_text(encoding="utf-8"), re.S).group(1)
     assert len(code.strip().splitlines()) <= 10, f"{page}: a finding's repro has at most 10 lines"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    done = run_python(code)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -51,7 +49,7 @@ REPROS = {
 
 
 @pytest.mark.parametrize("page", sorted(REPROS))
-def test_sb3_contrib_finding_repro_prints_the_defect(page):
+def test_sb3_contrib_finding_repro_prints_the_defect(page, run_python):
     pytest.importorskip("sb3_contrib")
-    out = repro_output(page)
+    out = repro_output(page, run_python)
     assert all(needle in out for needle in REPROS[page]), out

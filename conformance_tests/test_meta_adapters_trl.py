@@ -26,7 +26,7 @@ REPROS = {
 
 
 @pytest.mark.parametrize("page", sorted(REPROS))
-def test_trl_finding_repro_prints_the_defect(page):
+def test_trl_finding_repro_prints_the_defect(page, run_python):
     pytest.importorskip("trl")
-    out = repro_output(page)
+    out = repro_output(page, run_python)
     assert all(needle in out for needle in REPROS[page]), out

@@ -84,13 +84,19 @@ def ppo_rows(d: dict) -> list[list[str]]:
 
 def stdb_rows(d: dict) -> list[list[str]]:
     rate = {b["name"].removeprefix("test_"): b["extra_info"].get("edge_updates_per_s") for b in d["benchmarks"]}
-    sq, raw, mem, dct = (rate.get(k) for k in ("sqlite_store", "raw_executemany", "memory_store", "dict"))
+    sq, raw, raw_int, mem, dct = (rate.get(k) for k in ("sqlite_store", "raw_executemany", "raw_int_executemany",
+                                                        "memory_store", "dict"))
     if not (sq and raw):
         return []
-    return [["STDB edge updates/s (trajectory batches) [cpu]",
+    # The target was set where raw executemany ran 1.31M/s: 500k/s is 0.38x that floor on any machine.
+    peer = f"raw sqlite3 `executemany` upsert, text keys {raw / 1e3:.0f}k"
+    peer += f"; the same with our integer keys (the schema's floor) {raw_int / 1e3:.0f}k" if raw_int else ""
+    peer += f"; dict {dct / 1e3:.0f}k" if dct else ""
+    return [["STDB edge updates/s (trajectory batches, one transaction each) [cpu]",
              f"SQLite {sq / 1e3:.0f}k; in-memory store {mem / 1e3:.0f}k" if mem else f"SQLite {sq / 1e3:.0f}k",
-             f"raw sqlite3 `executemany` upsert {raw / 1e3:.0f}k" + (f"; dict {dct / 1e3:.0f}k" if dct else ""),
-             f"**{sq / raw:.2f}**", f"≥ 500k/s: {_met(sq >= 5e5)}"]]
+             peer, f"**{sq / raw:.2f}**" + (f" ({sq / raw_int:.2f} of the integer floor)" if raw_int else ""),
+             f"≥ 500k/s: {_met(sq >= 5e5)} here; as a ratio, ≥ 0.38 of raw text `executemany`: "
+             f"{_met(sq / raw >= 500 / 1310)}"]]
 
 
 def sync_rows(d: dict) -> list[list[str]]:

@@ -7,8 +7,10 @@
     python tools/mutation/run.py --verify-kills                   # survivors that new tests kill -> verified.json
     python tools/mutation/render.py                               # docs/mutation/index.md from results.json
 
-Needs ``pip install mutmut==2.5.1 torch==2.13.0`` (mutmut 2: it runs a shell-free test command per mutant,
-which the warm fork server of forkserver.py answers in a fraction of pytest's start-up time).
+Needs ``pip install mutmut==2.5.1 torch==2.13.0`` and the package installed (``pip install -e .``): mutmut 2
+runs a shell-free test command per mutant, which a warm fork server (:mod:`rlconform.forkserver`) answers in
+a fraction of pytest's start-up time. The server preloads only third-party modules: each run imports ours
+afresh from the snapshot, where mutmut has just written the mutant.
 
 mutmut 2 mutates files in place, and several people share this working tree, so the driver never
 mutates it: it copies the repository into a snapshot (``--workdir``, default
@@ -96,44 +98,34 @@ def test_files(cfg: dict, module: str, tree: Path) -> list[str]:
     return list(dict.fromkeys(files))
 
 
-_SERVER: dict = {}  # {"proc": Popen, "sock": path} while the warm fork server runs
+# Our packages (the one mutmut rewrites, and those that import it): the fork server never holds them, so
+# every test run imports them from the snapshot, mutant included.
+OURS = ("reference_impl", "conformance_tests", "rlconform", "tools", "mutmut_config")
+_SERVER: dict = {}  # {"server": ForkServer} while the warm fork server runs
 
 
 def runner(cfg: dict, module: str, tree: Path) -> str:
-    """The test command: through the warm fork server when it runs, else plain ``python -m pytest``."""
-    args = [*cfg["pytest_args"], *test_files(cfg, module, tree)]
+    """The test command: through the warm fork server when it runs (its client falls back to plain
+    pytest if the server is gone), else plain ``python -m pytest``."""
+    pytest = [sys.executable, "-m", "pytest", *cfg["pytest_args"], *test_files(cfg, module, tree)]
     if _SERVER:
-        return shlex.join([sys.executable, str(HERE / "forkserver.py"), "run", str(_SERVER["sock"]), *args])
-    return shlex.join([sys.executable, "-m", "pytest", *args])
+        return shlex.join([sys.executable, "-m", "rlconform.forkserver", "run", _SERVER["server"].sock, "--", *pytest])
+    return shlex.join(pytest)
 
 
-def start_server(cfg: dict, tree: Path, workdir: Path, files: list[str], timeout: float = 900) -> None:
-    """Start forkserver.py (it preloads torch, hypothesis, ... once) and wait until it listens."""
-    sock = workdir / "fork.sock"
-    if sock.exists():
-        sock.unlink()
-    out = open(workdir / "forkserver.log", "a")
-    proc = subprocess.Popen([sys.executable, str(HERE / "forkserver.py"), "serve", str(sock), str(tree), *files],
-                            cwd=tree, env=env_for(cfg), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+def start_server(cfg: dict, tree: Path, files: list[str], timeout: float = 900) -> None:
+    """Start the fork server in the snapshot: it preloads what collecting ``files`` imports (torch,
+    hypothesis, ...), ours excepted. It lives until :func:`stop_server` or until this process ends."""
+    from rlconform.forkserver import ForkServer, ForkServerError
+
     t0 = time.monotonic()
-    while not sock.exists():
-        if proc.poll() is not None or time.monotonic() - t0 > timeout:
-            log("fork server did not start; falling back to one pytest process per mutant")
-            _end_group(proc)
-            return
-        time.sleep(1)
-    _SERVER.update(proc=proc, sock=sock)
-    log(f"fork server up in {time.monotonic() - t0:.0f}s (pid {proc.pid})")
-
-
-def _end_group(proc) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        server = ForkServer(discover=files, exclude=OURS, env=env_for(cfg), cwd=tree, start_timeout=timeout)
+    except ForkServerError as e:
+        log(f"{e}\nfalling back to one pytest process per mutant")
+        return
+    _SERVER["server"] = server
+    log(f"fork server up in {time.monotonic() - t0:.0f}s (socket {server.sock})")
 
 
 def env_for(cfg: dict) -> dict:
@@ -389,8 +381,7 @@ def stop_child() -> None:
 
 def stop_server() -> None:
     if _SERVER:
-        _end_group(_SERVER.pop("proc"))
-        _SERVER.clear()
+        _SERVER.pop("server").close()
 
 
 def _on_signal(signum, _frame):
@@ -477,7 +468,7 @@ def main(argv=None) -> int:
     for cache_dir in tree.rglob("__pycache__"):  # bytecode of an earlier mutant must never be reused
         shutil.rmtree(cache_dir, ignore_errors=True)
     if not args.no_server:
-        start_server(cfg, tree, args.workdir, test_files(cfg, selected[0], tree))
+        start_server(cfg, tree, test_files(cfg, selected[0], tree))
     failed = []
     for module in selected:
         if past(until):

@@ -59,11 +59,59 @@ class SuiteError(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def _collection() -> tuple[dict[str, tuple[str, ...]], set[str]]:
-    """(nodeid -> clause ids, meta node ids) of the whole suite: one collection per process."""
+    """(nodeid -> clause ids, meta node ids) of the whole suite. Collecting it takes seconds, so it is
+    kept in the user's cache directory under a key of everything it depends on (the test files, the
+    installed packages, the Python); concurrent processes collect once, the others wait and read."""
     from rlconform.coverage import collect_tests
 
-    marks, _, _, meta = collect_tests()
+    cache = _collection_cache_file()
+    with contextlib.ExitStack() as stack:
+        if cache is not None:
+            stack.enter_context(_locked(cache.with_suffix(".lock")))
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                data = json.loads(cache.read_text(encoding="utf-8"))
+                return {k: tuple(v) for k, v in data["marks"].items()}, set(data["meta"])
+        marks, code, _, meta = collect_tests()
+        if cache is not None and code == 0:  # a broken collection is never kept
+            with contextlib.suppress(OSError):
+                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({"marks": marks, "meta": sorted(meta)}), encoding="utf-8")
+                tmp.replace(cache)
     return marks, meta
+
+
+def _collection_cache_file() -> Path | None:
+    """Where this suite's collection is cached (None: no writable cache directory)."""
+    import hashlib
+    import importlib.metadata
+
+    import conformance_tests
+
+    root = Path(conformance_tests.__file__).resolve().parent
+    h = hashlib.sha256(f"{sys.executable}|{sys.version}|{os.environ.get('RLCONFORM_SITE_TESTS')}".encode())
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
+    h.update("\n".join(dists).encode())
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlconform"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return base / f"collection-{h.hexdigest()[:24]}.json" if os.access(base, os.W_OK) else None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path`` (POSIX); elsewhere, nothing (each process collects for itself)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,6 +148,15 @@ def child_env() -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- warm children
 _warm: dict[str, Any] = {"depth": 0, "server": None, "failed": False}
+# What a child's pytest imports before the test modules (which are never preloaded, so pytest still
+# rewrites their asserts). Named rather than discovered by a trial collection, which would cost the
+# server's start 5 s; a module missing here is imported by each child: slower, never different.
+_WARM_MODULES = ["torch", "numpy", "hypothesis", "pytest", "xdist.plugin", "_hypothesis_pytestplugin",
+                 "conformance_tests.plugin", "conformance_tests.runtime", "conformance_tests.harness",
+                 "conformance_tests.oracles", "conformance_tests.stdb_backends", "rlconform.audit",
+                 *(f"{pkg}.{family}" for pkg in ("conformance_tests.strategies", "conformance_tests.contract",
+                                                 "conformance_tests.mutants", "reference_impl")
+                   for family in ("sac", "ppo", "isreshape", "ccapo"))]
 
 
 @contextlib.contextmanager
@@ -126,11 +183,8 @@ def _warm_server():
         server.close()
         server = _warm["server"] = None
     if server is None and not _warm["failed"]:
-        try:  # preload what a child's collection of the suite imports (test modules excepted)
-            server = _warm["server"] = ForkServer(
-                ["xdist.plugin", "conformance_tests.plugin", "_hypothesis_pytestplugin"],
-                discover=["--pyargs", "conformance_tests", "-p", "conformance_tests.plugin",
-                          "-p", "_hypothesis_pytestplugin"], call=["rlconform.spec:default_spec"], env=child_env())
+        try:
+            server = _warm["server"] = ForkServer(_WARM_MODULES, call=["rlconform.spec:default_spec"], env=child_env())
         except ForkServerError as e:
             _warm["failed"] = True
             print(f"rlconform: {e}; starting each audit child afresh", file=sys.stderr)
@@ -185,6 +239,18 @@ class _Run:
             self.info["unmatched_expectations"] = ev.get("unmatched_expectations", [])
         elif kind == "preflight":
             self.preflight_error = ev["error"]
+
+    def hang(self, nodeid: str, message: str) -> None:
+        """Mark a test the watchdog had to kill *timeout*, and with it every test not yet run whose clauses
+        are all among its clauses (their verdict is already timeout): a hang that no signal reaches then
+        costs one test's budget per clause, not one per test."""
+        rec = self.tests.setdefault(nodeid, {"clauses": [], "kind": "example", "meta": False})
+        rec.update(outcome="timeout", message=message)
+        hung = set(rec.get("clauses") or ())
+        for other, r in self.tests.items():
+            if hung and r.get("outcome") is None and r.get("clauses") and hung.issuperset(r["clauses"]):
+                r.update(outcome="timeout", message=f"not run: {nodeid}, a test of the same clause(s), hung ({message})")
+        self.in_flight = {}
 
     def done(self) -> set[str]:
         return {n for n, r in self.tests.items() if r.get("outcome") not in (None, "not_run")}
@@ -275,10 +341,8 @@ def run_suite(
                 if reason == "hang":
                     nodeid = next(iter(state.in_flight))
                     hung.append(nodeid)
-                    rec = state.tests.setdefault(nodeid, {"clauses": [], "kind": "example", "meta": False})
-                    rec.update(outcome="timeout", message=f"{nodeid} did not finish within {per_test:g} s "
-                                                          f"(+{grace:g} s grace); the process was stopped")
-                    state.in_flight = {}
+                    state.hang(nodeid, f"{nodeid} did not finish within {per_test:g} s (+{grace:g} s grace); "
+                                       "the process was stopped")
                     skip.write_text("\n".join(sorted(state.done() | set(hung))) + "\n", encoding="utf-8")
                     continue
                 break

@@ -15,9 +15,16 @@ What a child gets, as ``subprocess.Popen(argv, cwd=..., env=..., stdin=..., stdo
 give it: the argv, working directory and environment of the request, and the caller's own file descriptors
 (passed over the Unix socket), default signal handlers, its own process group (``kill`` ends its
 grandchildren too, e.g. xdist workers) and a fresh ``random`` seed. Test modules and conftest files are
-never preloaded, so pytest still rewrites their assertions.
+never preloaded, so pytest still rewrites their assertions. The packages named in ``exclude`` are never
+preloaded either, and dropped from the server before it forks, so every child imports them afresh from
+disk: mutation testing rewrites our own packages between runs (tools/mutation/run.py).
 
-    python -m rlconform.forkserver serve SOCKET CONFIG_JSON   # started by ForkServer, never by hand
+    python -m rlconform.forkserver serve SOCKET CONFIG_JSON        # started by ForkServer, never by hand
+    python -m rlconform.forkserver run SOCKET -- python -m MODULE ...  # exit code = the run's
+
+``run`` is a client for callers that can only start a command (mutmut's runner): it sends its own stdin,
+stdout, stderr, working directory and environment. A server it cannot reach, or one that dies mid-run,
+makes it run the command itself: slower, never a different result.
 """
 from __future__ import annotations
 
@@ -43,13 +50,19 @@ _MAX_FDS = 3
 
 
 class ForkServerError(RuntimeError):
-    """The server could not be started (the caller falls back to plain subprocesses)."""
+    """The server could not be started, or did not take a run (the caller falls back to plain subprocesses)."""
 
 
 # ----------------------------------------------------------------------------- the server process
 def _is_test_module(name: str) -> bool:
     last = name.rsplit(".", 1)[-1]
     return last.startswith("test_") or last == "conftest" or last.endswith("_test")
+
+
+def _excluded(name: str, prefixes: Sequence[str]) -> bool:
+    """``name`` is one of the packages ``prefixes`` or inside one (``rlconform`` covers ``rlconform.cli``,
+    not ``rlconformx``)."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def _child_main(request: dict, fds: list[int]) -> None:
@@ -65,9 +78,12 @@ def _child_main(request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # read at interpreter start, so the request's value must be applied by hand (mutation runs set it:
+        # a mutant's bytecode must never be cached)
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         random.seed()
         argv = request["argv"]
-        if len(argv) < 3 or argv[1] != "-m":
+        if not _is_module_run(argv):
             raise ValueError(f"the fork server runs `python -m MODULE ...` only, not {argv[:3]}")
         sys.argv = [argv[2], *argv[3:]]
         sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
@@ -88,9 +104,13 @@ def _child_main(request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def _preload(modules: Sequence[str], discover: Sequence[str] | None) -> int:
+def _is_module_run(argv: Sequence[str]) -> bool:
+    return len(argv) >= 3 and argv[1] == "-m"
+
+
+def _preload(modules: Sequence[str], discover: Sequence[str] | None, exclude: Sequence[str] = ()) -> int:
     """Import ``modules``, then (``discover``: pytest arguments) every module a forked ``pytest
-    --collect-only`` with those arguments imports, test modules and conftest files excepted."""
+    --collect-only`` with those arguments imports, test modules, conftest files and ``exclude`` excepted."""
     names = list(modules)
     if discover is not None:
         with tempfile.NamedTemporaryFile("r", suffix=".modules", delete=False) as tmp:
@@ -113,7 +133,7 @@ def _preload(modules: Sequence[str], discover: Sequence[str] | None) -> int:
         os.unlink(path)
     loaded = 0
     for name in names:
-        if name in sys.modules or _is_test_module(name) or name == "__main__":
+        if name in sys.modules or _is_test_module(name) or name == "__main__" or _excluded(name, exclude):
             continue
         try:
             importlib.import_module(name)
@@ -128,14 +148,30 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _read_request(conn: socket.socket) -> tuple[dict | None, list[int]]:
+    """The request and the caller's fds; None for a caller that went away before sending all of it."""
+    msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, _MAX_FDS)
+    while msg and not msg.endswith(b"\n"):  # a long environment arrives in pieces
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            break
+        msg += chunk
+    if not msg.endswith(b"\n"):
+        return None, fds
+    return json.loads(msg.decode("utf-8")), fds
+
+
 def serve(sock_path: str, config: dict) -> None:
     """Preload, announce readiness on stdout, then fork one child per connection until stdin closes
     (the creator ended or died: the server then kills its children and exits)."""
-    os.environ.update(config.get("env", {}))
-    n = _preload(config.get("modules", ()), config.get("discover"))
+    exclude = config.get("exclude", ())
+    n = _preload(config.get("modules", ()), config.get("discover"), exclude)
     for target in config.get("call", ()):  # warm caches the children share (e.g. the parsed spec)
         module, _, name = target.partition(":")
         getattr(importlib.import_module(module), name)()
+    # what got in anyway (this server's own package, a call's imports) is imported again by each child
+    for name in [m for m in sys.modules if _excluded(m, exclude)]:
+        del sys.modules[name]
     gc.freeze()  # what the server holds stays out of every child's collections (pytest forces several)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sock_path)
@@ -155,18 +191,18 @@ def serve(sock_path: str, config: dict) -> None:
                 _kill_group(pid)
         if listener in readable:
             conn, _ = listener.accept()
-            msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, _MAX_FDS)
-            while not msg.endswith(b"\n"):  # a long environment arrives in pieces
-                chunk = conn.recv(1 << 16)
-                if not chunk:
-                    break
-                msg += chunk
+            request, fds = _read_request(conn)
+            if request is None:
+                for fd in fds:
+                    os.close(fd)
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 listener.close()
                 for c in (conn, *conns):
                     c.close()
-                _child_main(json.loads(msg.decode("utf-8")), fds)
+                _child_main(request, fds)
             for fd in fds:
                 os.close(fd)
             conn.sendall(f"pid {pid}\n".encode())
@@ -187,11 +223,13 @@ def serve(sock_path: str, config: dict) -> None:
 
 # ----------------------------------------------------------------------------- the caller's side
 class WarmChild:
-    """A run forked by the server: the part of :class:`subprocess.Popen` the audit uses."""
+    """A run forked by the server: the part of :class:`subprocess.Popen` the audit uses. ``lost``: the
+    server died during the run (which was then killed, so ``returncode`` says nothing about the run)."""
 
     def __init__(self, conn: socket.socket, pid: int, args: list[str]):
         self._conn, self.pid, self.args = conn, pid, args
         self.returncode: int | None = None
+        self.lost = False
         self._buf = b""
 
     def _take(self, timeout: float | None) -> None:
@@ -203,7 +241,7 @@ class WarmChild:
         data = self._conn.recv(64)
         if not data:  # the server died under its child: end the child too, report it killed
             _kill_group(self.pid)
-            self.returncode = -signal.SIGKILL
+            self.returncode, self.lost = -signal.SIGKILL, True
         self._buf += data
         if self._buf.endswith(b"\n"):
             self.returncode = int(self._buf.split()[-1])
@@ -245,17 +283,65 @@ class WarmChild:
             self.wait()
 
 
+def start_child(sock_path: str, args: Sequence[str], *, cwd: str | os.PathLike | None = None,
+                env: dict[str, str] | None = None, stdin: IO | int | None = None, stdout: IO | int | None = None,
+                stderr: IO | int | None = None) -> WarmChild:
+    """Ask the server listening on ``sock_path`` for a run; see :meth:`ForkServer.popen`. Raises
+    :class:`ForkServerError` when no server answers there."""
+    def fd(stream, default: int) -> int:
+        if stream is None:
+            return default
+        if stream == subprocess.DEVNULL:
+            return os.open(os.devnull, os.O_RDWR)
+        if isinstance(stream, int) and stream < 0:  # PIPE, or STDOUT other than as stderr
+            raise ValueError(f"a fork server run takes a file, an fd, DEVNULL or (as stderr) STDOUT, not {stream}")
+        return stream if isinstance(stream, int) else stream.fileno()
+
+    out = fd(stdout, 1)
+    err = out if stderr == subprocess.STDOUT else fd(stderr, 2)
+    fds = [fd(stdin, 0), out, err]
+    request = {"argv": [str(a) for a in args], "cwd": str(cwd or os.getcwd()),
+               "env": dict(os.environ if env is None else env)}
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(sock_path)
+        socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], fds)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = conn.recv(64)
+            if not chunk:
+                raise ForkServerError("the fork server closed the connection before starting the run")
+            reply += chunk
+    except OSError as e:
+        conn.close()
+        raise ForkServerError(f"the fork server at {sock_path} did not take the run: {e}") from e
+    except ForkServerError:
+        conn.close()
+        raise
+    finally:
+        if stdin == subprocess.DEVNULL:
+            os.close(fds[0])
+    return WarmChild(conn, int(reply.split()[-1]), list(request["argv"]))
+
+
 class ForkServer:
-    """One warm server; :meth:`popen` starts a run in it. Use as a context manager, or :meth:`close`."""
+    """One warm server; :meth:`popen` starts a run in it. Use as a context manager, or :meth:`close`.
+
+    ``env`` is added to the server's environment (and so to what it preloads under); ``cwd`` is its
+    working directory (``discover`` paths are relative to it); ``exclude``: package names the server
+    never holds (see the module docstring)."""
 
     def __init__(self, modules: Iterable[str] = (), *, discover: Sequence[str] | None = None,
-                 call: Iterable[str] = (), env: dict[str, str] | None = None, start_timeout: float = 300.0):
+                 call: Iterable[str] = (), exclude: Iterable[str] = (), env: dict[str, str] | None = None,
+                 cwd: str | os.PathLike | None = None, start_timeout: float = 300.0):
         self._dir = tempfile.mkdtemp(prefix="rlconform-fork-")
         self.sock = os.path.join(self._dir, "sock")
         config = {"modules": list(modules), "discover": None if discover is None else list(discover),
-                  "call": list(call), "env": dict(env or {})}
+                  "call": list(call), "exclude": list(exclude)}
+        # in the process environment, not set later: the interpreter reads some of it at start-up only
         self._proc = subprocess.Popen([sys.executable, "-m", "rlconform.forkserver", "serve", self.sock,
-                                       json.dumps(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       json.dumps(config)], cwd=cwd, env={**os.environ, **(env or {})},
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, start_new_session=True)
         deadline = time.monotonic() + start_timeout
         seen = []
@@ -272,33 +358,15 @@ class ForkServer:
     def popen(self, args: Sequence[str], *, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
               stdin: IO | int | None = None, stdout: IO | int | None = None,
               stderr: IO | int | None = None) -> WarmChild:
-        """As ``subprocess.Popen(args, ...)`` for ``args = [python, "-m", module, ...]``; ``stderr=STDOUT``
-        and ``stdin=DEVNULL`` are understood."""
-        def fd(stream, default: int) -> int:
-            if stream is None:
-                return default
-            if stream == subprocess.DEVNULL:
-                return os.open(os.devnull, os.O_RDWR)
-            return stream if isinstance(stream, int) else stream.fileno()
+        """As ``subprocess.Popen(args, ...)`` for ``args = [python, "-m", module, ...]`` (the server's own
+        interpreter runs it, whatever ``args[0]`` names); ``stderr=STDOUT`` and ``stdin=DEVNULL`` are
+        understood, ``PIPE`` is not."""
+        return start_child(self.sock, args, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
 
-        out = fd(stdout, 1)
-        fds = [fd(stdin, 0), out, out if stderr == subprocess.STDOUT else fd(stderr, 2)]
-        request = {"argv": [str(a) for a in args], "cwd": str(cwd or os.getcwd()),
-                   "env": dict(os.environ if env is None else env)}
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(self.sock)
-            socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], fds)
-        finally:
-            if stdin == subprocess.DEVNULL:
-                os.close(fds[0])
-        reply = b""
-        while not reply.endswith(b"\n"):
-            chunk = conn.recv(64)
-            if not chunk:
-                raise ForkServerError("the fork server closed the connection before starting the run")
-            reply += chunk
-        return WarmChild(conn, int(reply.split()[-1]), list(request["argv"]))
+    @property
+    def pid(self) -> int:
+        """The server process: the parent of every run."""
+        return self._proc.pid
 
     @property
     def alive(self) -> bool:
@@ -325,7 +393,52 @@ class ForkServer:
         self.close()
 
 
+# ----------------------------------------------------------------------------- the command-line client
+def client(sock_path: str, argv: list[str]) -> int:
+    """Run ``argv`` in the server at ``sock_path`` with this process's stdio, cwd and environment and
+    return its exit code as a shell gives it (128 + N for a run ended by signal N). A command that is
+    not ``python -m ...``, or a server that cannot be reached or dies mid-run, is exec'd here instead,
+    so that whoever kills this process (mutmut's timeout) kills the run itself."""
+    child = None
+    if _is_module_run(argv):
+        with contextlib.suppress(ForkServerError):
+            child = start_child(sock_path, argv)
+    if child is not None:
+        # Ctrl-C reaches only this process group: pass it on as a shell would; SIGKILL needs no handler,
+        # as the server kills a run whose client went away
+        def forward(sig: int, _frame: Any) -> None:
+            if sig == signal.SIGINT:
+                child.send_signal(sig)
+            else:
+                child.kill()
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, forward)
+        code = child.wait()
+        if not child.lost:
+            return code if code >= 0 else 128 - code
+        print(f"rlconform.forkserver: the server at {sock_path} died during the run; running it again here",
+              file=sys.stderr, flush=True)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        print(f"rlconform.forkserver: cannot run {argv[0]!r}: {e}", file=sys.stderr)
+        return 127
+
+
+_USAGE = ("usage: python -m rlconform.forkserver run SOCKET -- COMMAND...\n"
+          "       python -m rlconform.forkserver serve SOCKET CONFIG_JSON   (started by ForkServer)")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "serve":
+        serve(argv[1], json.loads(argv[2]))
+        return 0
+    if len(argv) >= 4 and argv[0] == "run" and argv[2] == "--":
+        return client(argv[1], argv[3:])
+    print(_USAGE, file=sys.stderr)
+    return 2
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "serve":
-        sys.exit("usage: python -m rlconform.forkserver serve SOCKET CONFIG_JSON (started by ForkServer)")
-    serve(sys.argv[2], json.loads(sys.argv[3]))
+    sys.exit(main(sys.argv[1:]))
