@@ -88,9 +88,10 @@ def test_load_impl_explains_bad_strings():
 def test_audit_cli_writes_report_and_exits_by_must_failures(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()) as out:
         code = cli.main(["audit", "--impl", "conformance_tests.mutants.sac:no_done_truncation", "--family", "sac",
-                         "--out", str(tmp_path)])
+                         "--clause", "SAC-TD-1", "--clause", "SAC-TEMP-1", "--out", str(tmp_path)])
     assert code == 1
     report = json.loads((tmp_path / "report.json").read_text())
+    assert {c["id"] for c in report["clauses"]} == {"SAC-TD-1", "SAC-TEMP-1"}  # only the clauses asked for
     assert {"implementation", "profile", "seed", "device", "started", "finished", "spec_versions"} <= set(report["run_info"])
     td = next(c for c in report["clauses"] if c["id"] == "SAC-TD-1")
     assert td["status"] == "fail" and td["level"] == "MUST" and td["tests"] >= 2
@@ -99,6 +100,16 @@ def test_audit_cli_writes_report_and_exits_by_must_failures(tmp_path):
         < text.index("Summary")
     assert "(1-done) truncation" in text
     assert (tmp_path / "checklist.md").read_text().startswith("# rlconform audit")
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--clause", "SAC-TD-9"], "--clause SAC-TD-9: no such clause"),
+    (["--clause", "SAC-TD-1", "--family", "ppo"], "--clause SAC-TD-1 is a sac clause, outside --family ppo"),
+])
+def test_audit_cli_rejects_a_clause_it_cannot_audit(tmp_path, capsys, argv, why):
+    assert cli.main(["audit", *argv, "--out", str(tmp_path)]) == 2
+    assert why in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()
 
 
 def test_reference_soft_value_runs_on_the_default_device():

@@ -115,3 +115,22 @@ def test_a_check_that_audited_nothing_exits_4_never_0(tmp_path, monkeypatch, cap
     out = capsys.readouterr()
     assert "NOT CHECKED verl: not installed (pip install --no-deps" in out.out
     assert "agrees with the pins" not in out.out
+
+
+def test_progress_counts_each_library_run_on_its_own(capsys):
+    """The matrix streams one audit after another through one progress printer: each run's count
+    restarts at its own total (it once read [2076/598])."""
+    def run(n_tests, failing):
+        yield {"event": "begin", "impl": "x:make"}
+        tests = {f"conformance_tests/test_a.py::t{i}": {} for i in range(n_tests)}
+        for _ in range(2):  # xdist: every worker reports the same collection
+            yield {"event": "collected", "tests": tests}
+        for i, nodeid in enumerate(tests):
+            yield {"event": "finish", "nodeid": nodeid, "outcome": "fail" if i < failing else "pass"}
+
+    with cli._AuditProgress() as progress:
+        for ev in [*run(3, 1), *run(2, 0)]:
+            progress(ev)
+    lines = [ln.strip() for ln in capsys.readouterr().err.splitlines()]
+    assert lines == ["rlconform audit: 3 tests selected", "[3/3] test_a.py: 1 failing so far",
+                     "rlconform audit: 2 tests selected", "[2/2] test_a.py: 0 failing so far"], lines

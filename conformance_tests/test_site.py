@@ -13,10 +13,12 @@ to install, they never skip.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import html as html_lib
 import http.server
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -28,14 +30,17 @@ from pathlib import Path
 
 import pytest
 
+from conformance_tests.run_once import once_per_run
 from rlconform.spec import default_spec
 
 pytestmark = pytest.mark.meta
 
 SCREENSHOT = Path("/tmp/rlconform-site-sac.png")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                  "--virtual-time-budget=15000")
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
+# Virtual time (it stands still while fetches are pending) that Chromium lets a page run before dumping
+# or shooting it: this much for each page it loads, so one launch probing many pages waits for all.
+VIRTUAL_MS_PER_PAGE = 15000
 
 
 def _synthetic_report(path: Path) -> Path:
@@ -57,13 +62,15 @@ def site(tmp_path_factory) -> Path:
     missing = [m for m in ("mkdocs", "material", "pymdownx", "mathjax") if importlib.util.find_spec(m) is None]
     if missing:
         pytest.fail(f"the docs toolchain is not installed (missing {missing}): pip install -e '.[docs]'")
-    tmp = tmp_path_factory.mktemp("site")
-    out = tmp / "site"
-    cmd = [sys.executable, "-m", "rlconform.site", "build", "--site-dir", str(out),
-           "--report", str(_synthetic_report(tmp / "report.json"))]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return out
+
+    def build(tmp: Path) -> Path:
+        out = tmp / "site"
+        cmd = [sys.executable, "-m", "rlconform.site", "build", "--site-dir", str(out),
+               "--report", str(_synthetic_report(tmp / "report.json"))]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        return out
+    return once_per_run(tmp_path_factory, "site", build)  # one build for all workers
 
 
 def _html(site: Path, page: str) -> str:
@@ -131,17 +138,24 @@ def _chromium() -> str:
     return exe
 
 
-def _chrome(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    exe = _chromium()
-    cmd = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+def _chrome(tmp_path, *args: str, pages: int = 1, env: dict | None = None) -> subprocess.CompletedProcess:
+    """One headless Chromium launch with ``args``, given virtual time for ``pages`` pages to settle."""
+    cmd = [_chromium(), *CHROMIUM_FLAGS, f"--virtual-time-budget={VIRTUAL_MS_PER_PAGE * pages}",
+           f"--user-data-dir={tmp_path / 'profile'}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 30 * pages,
+                          env=dict(os.environ, **(env or {})))
 
 
-def test_math_is_typeset_in_a_browser(served, tmp_path):
+# The rendered DOM of a page, after MathJax has typeset it (the probe waits for that).
+DOM_CHECK = "async (w, d) => ({dom: d.documentElement.outerHTML})"
+
+
+def test_math_is_typeset_in_a_browser(site, served, tmp_path):
     """Every display formula of every family page becomes MathJax output, with no TeX error."""
     spec = default_spec()
+    doms = _probe(site, served, tmp_path, [f"spec/{fam}/" for fam in spec.families], DOM_CHECK)
     for fam, f in spec.families.items():
-        dom = _chrome(tmp_path, "--dump-dom", f"{served}/spec/{fam}/").stdout
+        dom = doms[f"spec/{fam}/"]["dom"]
         n_formulas = sum(1 for c in f.clauses if c.formula)
         typeset = dom.count("<mjx-container")
         assert typeset >= n_formulas, (
@@ -195,7 +209,9 @@ def _visible_text(page_html: str, *, skip_math: bool = True) -> list[str]:
 
 
 def _pages(site: Path) -> list[Path]:
-    return sorted(p for p in site.rglob("*.html") if "assets" not in p.relative_to(site).parts)
+    """The built pages (not the browser tests' probe pages, which other workers may be writing)."""
+    return sorted(p for p in site.rglob("*.html")
+                  if "assets" not in p.relative_to(site).parts and not p.name.startswith("_probe_"))
 
 
 def test_visible_text_has_no_raw_tex_or_markdown(site):
@@ -387,19 +403,30 @@ FONTS_CONF = """<?xml version="1.0"?>
 <fontconfig><dir>/usr/share/fonts/truetype/dejavu</dir><cachedir>{cache}</cachedir></fontconfig>
 """
 
+# One frame per target, all of the same width. Each frame's check runs once the frame has loaded and
+# MathJax (asynchronous) has typeset it and its fonts are ready; the results, in the order of the
+# targets, replace "pending" only when every frame is done. Listeners are attached before a frame's
+# src is set, so no load event is missed.
 PROBE = """<!doctype html><meta charset="utf-8"><body style="margin:0">
-<iframe id="f" src="{target}" style="width:{width}px;height:900px;border:0"></iframe>
 <pre id="out">pending</pre>
 <script>
-const f = document.getElementById("f");
-f.addEventListener("load", async () => {{
-  const w = f.contentWindow, d = f.contentDocument;
-  try {{
-    if (w.MathJax && w.MathJax.startup) await w.MathJax.startup.promise;
-    await d.fonts.ready;
-    const result = await ({check})(w, d);
-    document.getElementById("out").textContent = JSON.stringify(result);
-  }} catch (e) {{ document.getElementById("out").textContent = JSON.stringify({{error: String(e)}}); }}
+const check = {check};
+const probe = target => new Promise(resolve => {{
+  const f = document.createElement("iframe");
+  f.style.cssText = "display:block;width:{width}px;height:900px;border:0";
+  f.addEventListener("load", async () => {{
+    const w = f.contentWindow, d = f.contentDocument;
+    try {{
+      if (w.MathJax && w.MathJax.startup) await w.MathJax.startup.promise;
+      await d.fonts.ready;
+      resolve(await check(w, d));
+    }} catch (e) {{ resolve({{error: String(e)}}); }}
+  }});
+  f.src = target;
+  document.body.insertBefore(f, document.getElementById("out"));
+}});
+Promise.all({targets}.map(probe)).then(results => {{
+  document.getElementById("out").textContent = JSON.stringify(results);
 }});
 </script>"""
 
@@ -443,23 +470,41 @@ PHONE_CHECK = """async (w, d) => {
 }"""
 
 
-def _probe(site: Path, served: str, tmp_path: Path, target: str, check: str, *, width: int = 1200,
-           env: dict | None = None, shot: Path | None = None) -> dict:
-    """Load ``target`` in an iframe of ``width`` px, run ``check`` in it, return its JSON result."""
-    name = f"_probe_{abs(hash((target, check, width)))}.html"
-    (site / name).write_text(PROBE.format(target=target, width=width, check=check), encoding="utf-8")
-    exe = _chromium()
-    args = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width + 40},1000"]
-    proc = subprocess.run([*args, "--dump-dom", f"{served}/{name}"], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, **(env or {})))
+_PROBE_IDS = itertools.count()
+
+
+@contextlib.contextmanager
+def _probe_page(site: Path, targets: list[str], check: str, width: int):
+    """The name of a probe page written into the served site for the ``with`` block. Named by this
+    process and probe: other xdist workers may be probing the same site directory at the same time."""
+    page = site / f"_probe_{os.getpid()}_{next(_PROBE_IDS)}.html"
+    page.write_text(PROBE.format(targets=json.dumps(targets), width=width, check=check), encoding="utf-8")
+    try:
+        yield page.name
+    finally:
+        page.unlink()
+
+
+def _probe(site: Path, served: str, tmp_path: Path, targets: list[str], check: str, *, width: int = 1200,
+           env: dict | None = None, shot: tuple[str, Path] | None = None) -> dict[str, dict]:
+    """Load every one of ``targets`` in an iframe of ``width`` px and run ``check`` in each, all in one
+    Chromium launch; return each target's JSON result. ``shot=(target, png)`` also saves a screenshot of
+    that target's probe (a second launch: Chromium cannot both dump and shoot)."""
+    window = f"--window-size={width + 40},1000"
+    with _probe_page(site, targets, check, width) as name:
+        proc = _chrome(tmp_path, window, "--dump-dom", f"{served}/{name}", pages=len(targets), env=env)
     if shot is not None:
-        subprocess.run([*args, f"--screenshot={shot}", f"{served}/{name}"], capture_output=True, timeout=120,
-                       env=dict(os.environ, **(env or {})))
+        with _probe_page(site, [shot[0]], check, width) as name:
+            _chrome(tmp_path, window, f"--screenshot={shot[1]}", f"{served}/{name}", env=env)
     m = re.search(r'<pre id="out">(.*?)</pre>', proc.stdout, flags=re.S)
     assert m, f"the probe page did not render:\n{proc.stderr[-2000:]}"
-    result = json.loads(html_lib.unescape(m.group(1))) if m.group(1) != "pending" else {"error": "pending"}
-    assert "error" not in result, f"probe of {target} failed: {result}"
-    return result
+    if m.group(1) == "pending":
+        results = [{"error": "pending (the probe did not finish within its virtual time)"}] * len(targets)
+    else:
+        results = json.loads(html_lib.unescape(m.group(1)))
+    for target, result in zip(targets, results, strict=True):
+        assert "error" not in result, f"probe of {target} failed: {result}"
+    return dict(zip(targets, results))
 
 
 @pytest.fixture(scope="module")
@@ -472,9 +517,9 @@ def no_cjk_env(tmp_path_factory) -> dict:
 
 
 def test_chinese_renders_from_the_shipped_font_without_cjk_fonts(site, served, tmp_path, no_cjk_env):
-    for target in ("spec/documents/", "spec/ccapo/", "./"):
-        r = _probe(site, served, tmp_path, target, TOFU_CHECK, env=no_cjk_env,
-                   shot=Path("/tmp/rlconform-site-cjk.png") if target.startswith("spec/documents") else None)
+    results = _probe(site, served, tmp_path, ["spec/documents/", "spec/ccapo/", "./"], TOFU_CHECK, env=no_cjk_env,
+                     shot=("spec/documents/", Path("/tmp/rlconform-site-cjk.png")))
+    for target, r in results.items():
         assert r["n"] > 10, f"{target}: only {r['n']} CJK characters in the headings: {r}"
         # the control: without the shipped font this machine draws every one of them as the same box
         assert r["systemBoxes"] == r["n"], f"{target}: the browser found a CJK font besides ours ({r})"
@@ -484,9 +529,11 @@ def test_chinese_renders_from_the_shipped_font_without_cjk_fonts(site, served, t
 
 
 def test_display_math_fits_a_phone(site, served, tmp_path):
-    for fam, f in default_spec().families.items():
-        r = _probe(site, served, tmp_path, f"spec/{fam}/", PHONE_CHECK, width=390,
-                   shot=Path(f"/tmp/rlconform-site-{fam}-390.png") if fam == "isreshape" else None)
+    families = default_spec().families
+    results = _probe(site, served, tmp_path, [f"spec/{fam}/" for fam in families], PHONE_CHECK, width=390,
+                     shot=("spec/isreshape/", Path("/tmp/rlconform-site-isreshape-390.png")))
+    for fam, f in families.items():
+        r = results[f"spec/{fam}/"]
         assert r["vw"] <= 390 and r["formulas"] >= sum(1 for c in f.clauses if c.formula), r
         assert not r["problems"], f"spec/{fam} at 390 px: {r['problems'][:5]}"
         assert r["pageWidth"] <= r["vw"] + 1, f"spec/{fam}: the page scrolls sideways at 390 px ({r})"

@@ -303,6 +303,8 @@ def run_suite(
     from conformance_tests.runtime import DEFAULT_TIMEOUT
 
     impl = resolve_impl_string(impl)  # always named: the plugin activates in an xdist controller too
+    if on_event:  # one caller may follow several runs (the matrix): each starts its own count
+        on_event({"event": "begin", "impl": impl})
     if profile == "release" and seed is None:  # drawn here, so a resumed child and the report share it
         seed = random.SystemRandom().randrange(2**32)
     clauses = list(clauses or ())

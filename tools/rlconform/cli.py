@@ -39,19 +39,31 @@ def _cmd_audit(args) -> int:
     except YamlFileError as e:
         print(f"rlconform audit: error: --expectations: {e}", file=sys.stderr)
         return audit.EXIT_USAGE
+    spec = default_spec()
+    for cid in args.clause or ():
+        if cid not in spec.clauses:
+            print(f"rlconform audit: error: --clause {cid}: no such clause (rlconform spec list)", file=sys.stderr)
+            return audit.EXIT_USAGE
+        if args.family and spec.clause(cid).family not in args.family:
+            print(f"rlconform audit: error: --clause {cid} is a {spec.clause(cid).family} clause, outside --family "
+                  f"{', '.join(args.family)}", file=sys.stderr)
+            return audit.EXIT_USAGE
+    families = args.family or (sorted({spec.clause(c).family for c in args.clause}) if args.clause else None)
     try:
-        pf = preflight(args.impl, device=args.device, families=args.family or None)
+        pf = preflight(args.impl, device=args.device, families=families)
     except PreflightError as e:
         print(f"rlconform audit: the implementation cannot be run (exit {audit.EXIT_IMPL}):\n{e}", file=sys.stderr)
         return audit.EXIT_IMPL
     print(f"rlconform audit: {pf.impl_string} ({pf.name or '?'} {pf.version or '?'}), families "
-          f"{', '.join(args.family or pf.ops)}, profile {args.profile}, device {args.device}", file=sys.stderr)
+          f"{', '.join(families or pf.ops)}" + (f", clauses {', '.join(args.clause)}" if args.clause else "") +
+          f", profile {args.profile}, device {args.device}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with _AuditProgress() as progress:
         try:
             payload = audit.run_suite(pf.impl_string, profile=args.profile, device=args.device,
-                                      families=args.family or None, expectations=args.expectations, jobs=args.jobs,
+                                      families=families, clauses=args.clause, expectations=args.expectations,
+                                      jobs=args.jobs,
                                       timeout=args.timeout, seed=args.seed, budget=args.budget,
                                       on_event=progress, log=out / "pytest.log")
         except audit.SuiteError as e:
@@ -83,18 +95,24 @@ class _AuditProgress:
         return self
 
     def __exit__(self, *exc):
+        self._end()
+        return False
+
+    def _end(self):
         if self.bar is not None:
             self.bar.close()
         elif self.file:
             self._line()
-        return False
+        self.bar, self.total, self.done, self.bad, self.file = None, 0, 0, 0, None
 
     def _line(self):
         print(f"  [{self.done}/{self.total}] {self.file}: {self.bad} failing so far", file=sys.stderr, flush=True)
 
     def __call__(self, ev: dict) -> None:
         kind = ev.get("event")
-        if kind in ("collected", "collected_ids"):
+        if kind == "begin":  # a new run (the matrix audits one library after another)
+            self._end()
+        elif kind in ("collected", "collected_ids"):
             if self.total:  # xdist: every worker reports the same collection
                 return
             self.total = len(ev["tests"]) if kind == "collected" else ev["count"]
@@ -251,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--device", default="cpu")
     a.add_argument("--out", default="rlconform-audit", help="output directory (default: ./rlconform-audit)")
     a.add_argument("--family", action="append", choices=FAMILIES, help="audit only this family (repeatable)")
+    a.add_argument("--clause", action="append", metavar="ID",
+                   help="audit only this clause, e.g. SAC-TD-1 (repeatable; the report covers only these)")
     a.add_argument("--expectations", default=None, help="YAML of known failures (list of {clause, reason, link} "
                                                         "or a mapping clause: reason)")
     a.add_argument("--jobs", type=int, default=None, help="run the tests in N processes (pytest-xdist)")
