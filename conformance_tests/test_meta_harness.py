@@ -118,3 +118,53 @@ def test_reference_soft_value_runs_on_the_default_device():
     ref = reference_impl.make()
     v = ref.sac.soft_value(p, p, p, torch.ones(1, 2, dtype=torch.bool), alpha=0.1)
     assert v.device == p.device
+
+
+def test_the_suite_collection_cache_follows_the_test_files(tmp_path, monkeypatch):
+    """The clause -> test file map is cached across processes under a key of the suite's files: an edited
+    test file is a new key (never a stale map), and a cached map is what an audit reads."""
+    import conformance_tests
+    from rlconform import audit
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "__init__.py").write_text("")
+    (suite / "test_x.py").write_text("def test_a(): pass\n")
+    monkeypatch.setattr(conformance_tests, "__file__", str(suite / "__init__.py"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = audit._collection_cache_file()
+    assert first is not None and first.parent == tmp_path / "cache" / "rlconform"
+    assert audit._collection_cache_file() == first  # the same files, the same key
+    (suite / "test_x.py").write_text("def test_a(): assert 0\n")
+    assert audit._collection_cache_file() != first
+    # an audit reads the map from the cache (a fake one here proves it is the cache that answered)
+    audit._collection_cache_file().write_text(json.dumps({"marks": {"suite/test_x.py::test_a": ["SAC-TD-1"]},
+                                                          "meta": []}))
+    audit._collection.cache_clear()
+    try:
+        assert audit._collection() == ({"suite/test_x.py::test_a": ("SAC-TD-1",)}, set())
+    finally:
+        audit._collection.cache_clear()
+        audit._clause_files.cache_clear()
+
+
+def test_a_run_once_value_is_built_once_and_a_failed_build_is_not_kept(tmp_path_factory):
+    from conformance_tests.run_once import once_per_run
+
+    calls = []
+
+    def build(d):
+        calls.append(d)
+        (d / "made").write_text("x")
+        return {"dir": d, "n": len(calls)}
+
+    first = once_per_run(tmp_path_factory, "meta-probe", build)
+    assert once_per_run(tmp_path_factory, "meta-probe", build) == first and len(calls) == 1
+    assert (first["dir"] / "made").read_text() == "x"
+
+    def broken(d):
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        once_per_run(tmp_path_factory, "meta-broken", broken)
+    assert once_per_run(tmp_path_factory, "meta-broken", build)["n"] == 2  # the next caller builds again
