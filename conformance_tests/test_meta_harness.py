@@ -31,6 +31,7 @@ def raising_impl():
 
 
 def _report(impl, clauses, **kw):
+    """The clause report of an audit; the mutant profile (no shrinking) where only statuses are checked."""
     return clause_report(run_suite(impl, clauses=clauses, **kw))
 
 
@@ -39,14 +40,14 @@ def _status(report):
 
 
 def test_missing_operations_are_not_applicable():
-    st = _status(_report("conformance_tests.test_meta_harness:partial_impl", SAC_TOPP))
+    st = _status(_report("conformance_tests.test_meta_harness:partial_impl", SAC_TOPP, profile="mutant"))
     assert st["SAC-TOPP-1"] == "not_applicable"
     assert st["SAC-TOPP-3"] == "not_applicable"
     assert st["SAC-V-1"] == "pass"
 
 
 def test_an_operation_that_raises_is_an_error_and_the_report_is_whole():
-    rep = _report("conformance_tests.test_meta_harness:raising_impl", SAC_TOPP)
+    rep = _report("conformance_tests.test_meta_harness:raising_impl", SAC_TOPP, profile="mutant")
     st = _status(rep)
     assert st["SAC-V-1"] == "error"
     assert st["SAC-TOPP-1"] == "pass"
@@ -54,7 +55,7 @@ def test_an_operation_that_raises_is_an_error_and_the_report_is_whole():
 
 
 def test_failure_message_names_clause_and_call_and_repro_runs():
-    rep = _report("conformance_tests.mutants.sac:no_done_truncation", ["SAC-TD-1"])
+    rep = _report("conformance_tests.mutants.sac:no_done_truncation", ["SAC-TD-1"], profile="mutant")
     entry = next(c for c in rep["clauses"] if c["id"] == "SAC-TD-1")
     assert entry["status"] == "fail"
     assert "but should be" in entry["message"] and "[SAC-TD-1: sac.td_target(" in entry["message"]
@@ -68,7 +69,7 @@ def test_expectations_turn_known_failures_into_expected_failures(tmp_path):
     exp.write_text("- {clause: SAC-TEMP-1, reason: V1 sign kept on purpose, link: 'https://example.invalid/1'}\n"
                    "- {clause: SAC-TEMP-2, reason: same}\n- {clause: SAC-CQL-1, reason: matches nothing here}\n")
     rep = _report("conformance_tests.mutants.sac:v1_temperature_sign", ["SAC-TEMP-1", "SAC-TEMP-2"],
-                  expectations=str(exp))
+                  expectations=str(exp), profile="mutant")
     st = _status(rep)
     assert st["SAC-TEMP-1"] == "expected_fail" and st["SAC-TEMP-2"] == "expected_fail"
     temp1 = next(c for c in rep["clauses"] if c["id"] == "SAC-TEMP-1")

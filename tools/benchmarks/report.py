@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "performance" / "index.md"
 RAW = PAGE.parent / "raw"
 
-SCRIPTS = ("bench_sac_update", "bench_ppo_epoch", "bench_host_syncs")
+SCRIPTS = ("bench_sac_update", "bench_ppo_epoch", "bench_host_syncs", "bench_suite_time")
 PYTEST_BENCH = {"top_p": "bench_sac_top_p", "stdb": "bench_stdb"}  # -k filters (naming the file collects it twice)
 
 
@@ -109,8 +109,16 @@ def sync_rows(d: dict) -> list[list[str]]:
              f"≤ 1 each: {_met(s['hot_loop'] <= 1 and pk['hot_loop_per_minibatch'] <= 1)}"]]
 
 
+def suite_rows(d: dict) -> list[list[str]]:
+    slow = ", ".join(f"{f['file'].removeprefix('test_')} {f['worker_s']:.0f}" for f in d["slowest_files"][:4])
+    return [[f"conformance suite, ci profile, `-n auto` ({d['workers']} workers) [{d['device']}]",
+             f"{d['wall_s']:.0f} s wall, {d['tests']} tests, {d['failed']} failed ({d['worker_s']:.0f} worker-s; "
+             f"most: {slow})", "—", "—", f"≤ 120 s: {_met(d['wall_s'] <= 120 and not d['failed'])}"]]
+
+
 SOURCES = [("sac_update_{}.json", sac_rows), ("top_p_{}.json", top_p_rows), ("ppo_epoch_{}.json", ppo_rows),
-           ("stdb_{}.json", stdb_rows), ("host_syncs_{}.json", sync_rows)]
+           ("stdb_{}.json", stdb_rows), ("host_syncs_{}.json", sync_rows),
+           ("suite_time_{}.json", suite_rows)]
 
 
 def render() -> tuple[str, dict]:

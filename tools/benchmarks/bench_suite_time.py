@@ -1,0 +1,62 @@
+"""Wall time of the README's test command (the conformance suite, ci profile, ``-n auto``), with the
+files that take the most worker time.
+
+Not a ratio: the target is the wall time a developer waits for, on this machine's cores. One run;
+a shared machine makes it longer, never shorter.
+
+Run: ``python -m tools.benchmarks.bench_suite_time [--device cpu]``
+"""
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from tools.benchmarks import _common as C
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def per_file_seconds(junit: Path) -> tuple[dict[str, float], int, int]:
+    """Worker seconds per test file (setup + call + teardown), the number of tests, and of failures."""
+    by_file: collections.Counter = collections.Counter()
+    tests = failed = 0
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        tests += 1
+        failed += any(child.tag in ("failure", "error") for child in case)
+        parts = case.get("classname", "?").split(".")  # package.test_module[.TestClass]
+        module = next((p for p in parts if p.startswith("test_")), parts[-1])
+        by_file[module + ".py"] += float(case.get("time") or 0)
+    return dict(by_file), tests, failed
+
+
+def main(argv=None) -> dict:
+    args = C.parser(__doc__).parse_args(argv)
+    env = dict(os.environ, RLCONFORM_PROFILE="ci", RLCONFORM_DEVICE=args.device)
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pytest", "conformance_tests", "-q", "-n", "auto",
+                               "-p", "no:cacheprovider", f"--junitxml={junit}"], cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if not junit.exists():
+            sys.exit(f"the suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+        by_file, tests, failed = per_file_seconds(junit)
+    top = sorted(by_file.items(), key=lambda kv: -kv[1])[:8]
+    res = {"benchmark": "suite_time", "device": args.device, "wall_s": wall, "exit_code": proc.returncode,
+           "tests": tests, "failed": failed, "workers": os.cpu_count(), "worker_s": sum(by_file.values()),
+           "slowest_files": [{"file": f, "worker_s": round(s, 1)} for f, s in top]}
+    path = C.write(f"suite_time_{args.device.split(':')[0]}", res, args.json)
+    print(f"conformance suite: {wall:.0f} s wall on {os.cpu_count()} workers ({res['worker_s']:.0f} worker-s), "
+          f"{tests} tests, {failed} failed\nwrote {path}")
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
