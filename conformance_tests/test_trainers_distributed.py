@@ -172,4 +172,7 @@ def test_ppo_trainer_under_torchrun_writes_once_and_resumes_exactly(tmp_path):
 
 if __name__ == "__main__":  # the torchrun worker of the test above
     if sys.argv[1:2] == ["--worker"]:
+        from reference_impl.common.distributed import exit_process
+
         _worker(sys.argv[2])
+        exit_process(0)  # as the trainers end a torchrun worker

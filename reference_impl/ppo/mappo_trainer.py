@@ -169,4 +169,4 @@ def cli(argv: list[str]) -> int:
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m reference_impl.ppo.mappo_trainer --updates U --out DIR
     import sys
 
-    sys.exit(cli(sys.argv[1:]))
+    ddp.exit_process(cli(sys.argv[1:]))

@@ -429,4 +429,4 @@ def apply_overrides(cfg: Config, pairs: list[str]) -> Config:
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m reference_impl.sac.trainer --out DIR --updates U
     import sys
 
-    sys.exit(cli(sys.argv[1:]))
+    ddp.exit_process(cli(sys.argv[1:]))

@@ -93,10 +93,10 @@ def _collection_cache_file() -> Path | None:
         h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
     h.update("\n".join(dists).encode())
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlconform"
     try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlconform"
         base.mkdir(parents=True, exist_ok=True)
-    except OSError:
+    except (OSError, RuntimeError):  # no writable cache directory, or no home directory at all
         return None
     return base / f"collection-{h.hexdigest()[:24]}.json" if os.access(base, os.W_OK) else None
 
