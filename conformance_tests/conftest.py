@@ -6,6 +6,7 @@ every other project of the environment.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import subprocess
 import sys
@@ -54,10 +55,10 @@ def run_python(tmp_path_factory):
     first use; a plain ``python`` when the server cannot start. The finding pages' repros use it."""
     from rlconform.forkserver import ForkServer, ForkServerError
 
-    scripts, server = tmp_path_factory.mktemp("scripts"), {}
+    scripts, server, numbers = tmp_path_factory.mktemp("scripts"), {}, itertools.count()
 
     def run(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        script = scripts / f"script_{len(list(scripts.iterdir()))}.py"
+        script = scripts / f"script_{next(numbers)}.py"
         script.write_text(code, encoding="utf-8")
         args = [sys.executable, "-m", script.stem]
         if "it" not in server:

@@ -12,10 +12,7 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable
 
-try:
-    import fcntl
-except ImportError:  # not POSIX: every process builds its own value
-    fcntl = None
+from rlconform.audit import file_lock
 
 
 def run_dir(tmp_path_factory) -> Path:
@@ -27,13 +24,12 @@ def run_dir(tmp_path_factory) -> Path:
 def once_per_run(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any:
     """``build(directory)`` run by one process of this test run; its (picklable) value for every process.
     A build that raises is not stored: the next process to ask builds again (and reports its own error)."""
-    if fcntl is None:
-        return build(tmp_path_factory.mktemp(name))
     root = run_dir(tmp_path_factory) / f"run-once-{name}"
     root.mkdir(exist_ok=True)
     value_file = root / "value.pickle"
-    with open(root / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+    with file_lock(root / "lock") as locked:
+        if not locked:  # no lock between processes: each builds its own, in a directory of its own
+            return build(tmp_path_factory.mktemp(name))
         if value_file.exists():
             return pickle.loads(value_file.read_bytes())
         value = build(root)

@@ -106,6 +106,8 @@ def test_audit_cli_writes_report_and_exits_by_must_failures(tmp_path):
 @pytest.mark.parametrize("argv, why", [
     (["--clause", "SAC-TD-9"], "--clause SAC-TD-9: no such clause"),
     (["--clause", "SAC-TD-1", "--family", "ppo"], "--clause SAC-TD-1 is a sac clause, outside --family ppo"),
+    (["--clause", "SAC-GATE-1"], "--clause SAC-GATE-1 is outside every audit"),  # a gate: judged on runs
+    (["--clause", "CCAPO-STDB-6"], "--clause CCAPO-STDB-6 is outside every audit"),  # the reference's store
 ])
 def test_audit_cli_rejects_a_clause_it_cannot_audit(tmp_path, capsys, argv, why):
     assert cli.main(["audit", *argv, "--out", str(tmp_path)]) == 2
@@ -169,3 +171,12 @@ def test_a_run_once_value_is_built_once_and_a_failed_build_is_not_kept(tmp_path_
     with pytest.raises(RuntimeError):
         once_per_run(tmp_path_factory, "meta-broken", broken)
     assert once_per_run(tmp_path_factory, "meta-broken", build)["n"] == 2  # the next caller builds again
+
+
+def test_the_mutant_profile_stops_a_clause_at_its_first_failure():
+    """Killing a mutant needs one failing test per clause: after it, the clause's other tests are skipped,
+    and the clause is still reported failed."""
+    payload = run_suite("conformance_tests.mutants.sac:no_done_truncation", clauses=["SAC-TD-1"], profile="mutant")
+    outcomes = sorted(t["outcome"] for t in payload["tests"].values() if t["clauses"] == ["SAC-TD-1"])
+    assert outcomes.count("fail") == 1 and outcomes.count("skipped") >= 1, outcomes
+    assert _status(clause_report(payload))["SAC-TD-1"] == "fail"

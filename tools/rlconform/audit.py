@@ -67,7 +67,7 @@ def _collection() -> tuple[dict[str, tuple[str, ...]], set[str]]:
     cache = _collection_cache_file()
     with contextlib.ExitStack() as stack:
         if cache is not None:
-            stack.enter_context(_locked(cache.with_suffix(".lock")))
+            stack.enter_context(file_lock(cache.with_suffix(".lock")))
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 data = json.loads(cache.read_text(encoding="utf-8"))
                 return {k: tuple(v) for k, v in data["marks"].items()}, set(data["meta"])
@@ -102,16 +102,18 @@ def _collection_cache_file() -> Path | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on ``path`` (POSIX); elsewhere, nothing (each process collects for itself)."""
+def file_lock(path: Path):
+    """An exclusive lock on ``path`` between processes for the block; yields whether it holds one (no
+    ``fcntl``: not POSIX, False, and the caller must not share what it writes). Released when the file
+    closes, also when the holder dies."""
     try:
         import fcntl
     except ImportError:
-        yield
+        yield False
         return
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+        yield True
 
 
 @functools.lru_cache(maxsize=1)

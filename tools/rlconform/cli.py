@@ -44,6 +44,11 @@ def _cmd_audit(args) -> int:
         if cid not in spec.clauses:
             print(f"rlconform audit: error: --clause {cid}: no such clause (rlconform spec list)", file=sys.stderr)
             return audit.EXIT_USAGE
+        if cid in audit.reference_only_clauses():
+            print(f"rlconform audit: error: --clause {cid} is outside every audit: no operation of the contract "
+                  f"reaches it (gates judge training runs with `rlconform gate`; the others are checked on the "
+                  f"reference's own machinery)", file=sys.stderr)
+            return audit.EXIT_USAGE
         if args.family and spec.clause(cid).family not in args.family:
             print(f"rlconform audit: error: --clause {cid} is a {spec.clause(cid).family} clause, outside --family "
                   f"{', '.join(args.family)}", file=sys.stderr)

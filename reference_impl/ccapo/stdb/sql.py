@@ -241,7 +241,7 @@ class SQLSTDB:
         new = set().union(*edges).difference(ids)
         if new:
             self._intern(sorted(new))  # sorted: the same ids for the same stream
-        return {k: (ids[k[0]] << _HIGH) | (ids[k[1]] << ID_BITS) | ids[k[2]] for k in edges}  # _edge_id, inlined
+        return {k: _edge_id(ids, k) for k in edges}
 
     def _rows(self, table: str, values: str, ids: Sequence[int]) -> dict[int, tuple]:
         """id -> (id, values...) of the stored rows among ``ids``."""
@@ -290,7 +290,7 @@ class SQLSTDB:
         stored_a, added_a = _split(anchors, len(old_a))
         grown_a = [(i, a[0], a[1] - o[2]) for (i, o), a in zip(old_a.items(), stored_a)
                    if a[1] != o[2]]  # else only failures touched it: unchanged
-        new_a = [((ids[u[0]] << ID_BITS) | ids[u[1]], *a) for u, a in added_a]  # _anchor_id, inlined
+        new_a = [(_anchor_id(ids, u), *a) for u, a in added_a]
         self._exec_many(_UPSERT_EDGE, new_e + grown_e)
         self._exec_many(_UPSERT_ANCHOR, new_a + grown_a)
         self._exec(_BUMP_GLOBAL, (gs - gs0, gt - gt0))
