@@ -10,6 +10,7 @@ import itertools
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,13 +24,41 @@ def pytest_configure(config):
     activate(config)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k/-m/--deselect: ``items`` is everything collected
+def pytest_collection_modifyitems(session, config, items):
+    """The longest tests first (``long``, then the other meta-tests). They start processes (audits,
+    torchrun, a browser) and take seconds each, while a clause test takes milliseconds: under
+    pytest-xdist the short tests then fill in behind the long ones and the workers finish together,
+    instead of one running a long test at the end while the others wait.
+
+    A session that collected the whole suite also hands its clause marks to the audits' collection
+    cache (:func:`rlconform.audit.suite_collection`), which would otherwise collect it all again."""
+    items.sort(key=lambda it: (it.get_closest_marker("long") is None, it.get_closest_marker("meta") is None))
+    if session.testsfailed == 0 and {Path(str(it.fspath)).name for it in items} == _suite_files(config):
+        from conformance_tests.runtime import item_clauses
+        from rlconform.audit import seed_suite_collection
+
+        seed_suite_collection({it.nodeid: item_clauses(it) for it in items},
+                              {it.nodeid for it in items if it.get_closest_marker("meta")})
+
+
+def _suite_files(config) -> set[str]:
+    """The test modules a collection of the whole suite reads."""
+    return {p.name for p in Path(__file__).parent.glob("test_*.py") if not _site_ignored(p, config)}
+
+
+def _site_ignored(path: Path, config) -> bool:
+    if path.name == "test_site.py" and os.environ.get("RLCONFORM_SITE_TESTS") != "1":
+        return any(importlib.util.find_spec(m) is None for m in DOCS_MODULES)
+    return False
+
+
 def pytest_ignore_collect(collection_path, config):
     """The site tests need the docs extra: collected when it is installed, or always with
     RLCONFORM_SITE_TESTS=1 (CI), where a missing toolchain then fails loudly."""
-    if collection_path.name == "test_site.py" and os.environ.get("RLCONFORM_SITE_TESTS") != "1":
-        if any(importlib.util.find_spec(m) is None for m in DOCS_MODULES):
-            config.stash[_SITE_SKIPPED] = True
-            return True
+    if _site_ignored(collection_path, config):
+        config.stash[_SITE_SKIPPED] = True
+        return True
     return None
 
 
@@ -46,6 +75,16 @@ def _warm_audit_children():
 
     with warm_children():
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_game(tmp_path_factory):
+    """One tiny tw-cooking game (recipe 1, take 1, one room), generated once per run (tw-make takes seconds)."""
+    pytest.importorskip("textworld")
+    from conformance_tests.run_once import once_per_run
+    from reference_impl.ccapo.textworld.games import GameSpec, generate
+
+    return once_per_run(tmp_path_factory, "tw-game", lambda d: generate(GameSpec(seed=0), d / "games"))
 
 
 @pytest.fixture(scope="session")

@@ -72,6 +72,7 @@ def option(config, name: str, env: str | None = None, default=None):
 def pytest_configure(config):
     config.addinivalue_line("markers", "clause(*ids): the spec clause(s) this test checks")
     config.addinivalue_line("markers", "meta: tests of the suite itself (not run by audits)")
+    config.addinivalue_line("markers", "long: takes many seconds (torchrun, a site build, a browser): run first")
     if config.getoption(dest("impl"), None):
         activate(config)
 

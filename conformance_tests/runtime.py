@@ -10,11 +10,13 @@ collects nothing itself, builds the same records from its workers' reports.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
 import re
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +42,11 @@ def _profiles():
     from hypothesis import HealthCheck, Phase, settings
 
     quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    # ci: no explain phase. It re-runs a shrunk failure hundreds of times to annotate which parts of the
+    # example do not matter (most of the time spent on a failing property test); release keeps it.
     settings.register_profile("rlconform-ci", max_examples=25, derandomize=True, deadline=None, database=None,
-                              print_blob=True, suppress_health_check=quiet)
+                              print_blob=True, suppress_health_check=quiet,
+                              phases=[p for p in Phase if p.name != "explain"])
     settings.register_profile("rlconform-release", max_examples=300, deadline=None, database=None,
                               print_blob=True, suppress_health_check=quiet)
     # Killing a mutant needs one failing example, not the minimal one: no shrinking.
@@ -66,6 +71,13 @@ def test_kind(item) -> str:
     return "golden" if "golden" in item.name else "example"
 
 
+_KIND_ORDER = {"golden": 0, "example": 1, "property": 2}
+
+
+def _plain_repr_failure(excinfo, style=None) -> str:
+    return "".join(traceback.format_exception(excinfo.type, excinfo.value, excinfo.tb))
+
+
 def _notes(excinfo) -> list[str]:
     notes = getattr(excinfo.value, "__notes__", None) or []
     return [n for n in notes if isinstance(n, str)]
@@ -85,6 +97,7 @@ class RlconformRun:
         self.clauses = _csv(option(config, "clauses"))
         self.failed_clauses: set[str] = set()  # by this process's tests (the mutant profile skips on it)
         self._restore: list = []
+        config.add_cleanup(gc.unfreeze)  # after pytest's own final collections (see pytest_sessionfinish)
         self._setup_torch()
         self.seed = self._setup_hypothesis()
         prev = harness.configure(self.impl, self.device)
@@ -190,6 +203,8 @@ class RlconformRun:
         if skip_file:
             skip = set(Path(skip_file).read_text(encoding="utf-8").split())
             keep = [it for it in keep if it.nodeid not in skip]
+        if self.profile == "mutant":  # fixed inputs before hypothesis: most kills cost one cheap test
+            keep.sort(key=lambda it: _KIND_ORDER[test_kind(it)])
         kept = {id(it) for it in keep}
         drop = [it for it in items if id(it) not in kept]
         if drop:
@@ -210,6 +225,11 @@ class RlconformRun:
             self.config.workeroutput.update(rlconform_tests=self.tests, rlconform_unmatched=self.unmatched)
         self._emit(event="collected", tests=self.tests, unmatched_expectations=self.unmatched)
 
+    def _asked(self, clauses) -> list[str]:
+        """The clauses among ``clauses`` this run reports on (``--clauses`` narrows it; a test's other
+        clauses only come along)."""
+        return [c for c in clauses if c in self.clauses] if self.clauses else list(clauses)
+
     def _new_record(self, item) -> dict:
         return {"clauses": list(item_clauses(item)), "kind": test_kind(item),
                 "meta": any(True for _ in item.iter_markers("meta")), "outcome": None}
@@ -217,14 +237,19 @@ class RlconformRun:
     # ------------------------------------------------------------------ running
     def pytest_runtest_setup(self, item):
         clauses = item_clauses(item)
-        if self.profile == "mutant" and clauses and self.failed_clauses.issuperset(clauses):
+        if self.profile == "mutant" and clauses and self.failed_clauses.issuperset(self._asked(clauses)):
             # a mutant is killed by one failing test per clause: the rest of its clauses' tests add nothing
             pytest.skip("mutant profile: every clause of this test already failed")
         harness.begin_test(clauses=clauses, timeout=self.timeout or None)
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
-        """A test parametrised on a floating dtype the implementation does not declare is not applicable."""
+        """A test parametrised on a floating dtype the implementation does not declare is not applicable.
+
+        While the test body runs, Hypothesis formats EVERY failing example it tries (shrinking included)
+        through ``item.repr_failure``; pytest's formatter re-parses the source file of each frame every
+        time (about 90 ms a failure here: most of a shrink). Those texts are only compared, never shown, so
+        the stdlib formatter serves them; the report's traceback, formatted after the call, is pytest's."""
         import torch
 
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -232,9 +257,17 @@ class RlconformRun:
             name = str(value).replace("torch.", "")
             if isinstance(value, (torch.dtype, str)) and name in harness.DTYPES and not harness.supports_dtype(name):
                 harness.not_applicable(f"{name} is not among the declared dtypes")
+        item.repr_failure = _plain_repr_failure
+        try:
+            yield
+        finally:
+            del item.repr_failure  # pytest's own again
 
     def pytest_runtest_teardown(self, item):
         harness.end_test()
+        # Read by our call report already. Left, Hypothesis' teardown report would import libcst (~1 s) to
+        # write a patch adding @example to OUR test file, into the caller's directory.
+        item.__dict__.pop("_hypothesis_failing_examples", None)
 
     def pytest_runtest_logstart(self, nodeid, location):
         self._emit(event="start", nodeid=nodeid, t=time.time())
@@ -355,6 +388,10 @@ class RlconformRun:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
+        # pytest then runs 5 full garbage collections (to report exceptions raised in __del__), each walking
+        # torch's and hypothesis' whole heap: about 1 s at the end of every process. Nothing of the verdict
+        # depends on them, so the heap that exists now is left out of them.
+        gc.freeze()
         if self.worker:
             return
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or bool(session.shouldstop)

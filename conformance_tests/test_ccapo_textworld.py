@@ -81,16 +81,7 @@ def test_textworld_rejects_non_commands(ccapo, cmd):
 
 
 # ----------------------------------------------------------------------------- the trainer (meta)
-@pytest.fixture(scope="session")
-def tiny_game(tmp_path_factory):
-    """One tiny tw-cooking game (recipe 1, take 1, one room), generated once per session."""
-    pytest.importorskip("textworld")
-    from reference_impl.ccapo.textworld.games import GameSpec, generate
-
-    cache = tmp_path_factory.mktemp("tw-games")
-    return generate(GameSpec(seed=0), cache)
-
-
+# tiny_game: conftest.py
 TINY = ["--prompts", "1", "--group-size", "3", "--max-steps", "6", "--train-games", "1", "--heldout-games", "0",
         "--epochs", "1", "--checkpoint-every", "1", "--device", "cpu"]
 

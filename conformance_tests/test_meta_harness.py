@@ -143,11 +143,41 @@ def test_the_suite_collection_cache_follows_the_test_files(tmp_path, monkeypatch
     # an audit reads the map from the cache (a fake one here proves it is the cache that answered)
     audit._collection_cache_file().write_text(json.dumps({"marks": {"suite/test_x.py::test_a": ["SAC-TD-1"]},
                                                           "meta": []}))
-    audit._collection.cache_clear()
+    audit.suite_collection.cache_clear()
     try:
-        assert audit._collection() == ({"suite/test_x.py::test_a": ("SAC-TD-1",)}, set())
+        assert audit.suite_collection() == ({"suite/test_x.py::test_a": ("SAC-TD-1",)}, set())
     finally:
-        audit._collection.cache_clear()
+        audit.suite_collection.cache_clear()
+        audit._clause_files.cache_clear()
+
+
+def test_a_session_of_the_whole_suite_hands_its_collection_to_the_audits(tmp_path, monkeypatch):
+    """The suite's own run collects every test anyway: it seeds the audits' collection cache with the same
+    marks and meta-tests a collection of its own finds; a session of part of the suite leaves it alone."""
+    from pathlib import Path
+
+    from rlconform import audit
+    from rlconform.coverage import collect_tests
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = audit._collection_cache_file()
+    assert cache is not None and not cache.exists()
+    part = Path(__file__).with_name("test_meta_scaling.py")
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", str(part)]) == 0
+    assert not cache.exists(), "a session of one test file seeded the cache of the whole suite"
+    marks, code, _, meta = collect_tests()  # a session of the whole suite: its conftest seeds the cache
+    assert cache.exists(), sorted(p.name for p in cache.parent.iterdir())
+    data = json.loads(cache.read_text())
+    assert code == 0 and len(marks) > 1000
+    assert data["marks"] == {k: list(v) for k, v in marks.items()} and set(data["meta"]) == meta
+    # an audit that finds no cache collects under the cache's lock, and that collection seeds too: no deadlock
+    cache.unlink()
+    audit.suite_collection.cache_clear()
+    try:
+        assert audit.suite_collection() == (marks, meta) and cache.exists()
+    finally:
+        audit.suite_collection.cache_clear()
         audit._clause_files.cache_clear()
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from rlconform.audit import clause_report, run_suite
 
-pytestmark = pytest.mark.meta
+pytestmark = [pytest.mark.meta, pytest.mark.long]
 CLAUSES = ["SAC-TD-1", "SAC-TEMP-1", "SAC-TEMP-2", "SAC-V-1", "PPO-MASK-1"]
 
 

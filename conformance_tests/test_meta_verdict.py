@@ -192,12 +192,13 @@ def test_unavailable_device_exits_3_before_any_test(tmp_path):
 
 
 def test_pytest_impl_preflight_is_a_single_collection_error():
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance_tests", "-m", "not meta",
+    modules = [f"conformance_tests.{m}" for m in ("test_sac_backup", "test_ppo_masking", "test_isreshape_weights")]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", *modules, "-m", "not meta",
                            "-p", "no:cacheprovider", "--impl", f"{HERE}:raising_factory", "-q"],
                           capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
     assert proc.returncode != 0
     assert "1 error" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
-    assert proc.stdout.count("ERROR collecting") == 1 and "rlconform pre-flight" in proc.stdout
+    assert proc.stdout.count("ERROR collecting") == 1 and "rlconform pre-flight" in proc.stdout  # not one per module
 
 
 # ----------------------------------------------------------------------------- one audit with three defects
@@ -205,7 +206,7 @@ def test_pytest_impl_preflight_is_a_single_collection_error():
 def flawed(tmp_path_factory):
     def audit(tmp):
         payload = run_suite(f"{HERE}:flawed_impl", clauses=["PPO-MASK-1", "SAC-V-1", "SAC-TD-1", "SAC-TOPP-2"],
-                            timeout=8, extra=["--junitxml", str(tmp / "junit.xml")])
+                            timeout=4, extra=["--junitxml", str(tmp / "junit.xml")])
         return clause_report(payload), tmp / "junit.xml"
     return once_per_run(tmp_path_factory, "flawed-audit", audit)
 
@@ -270,7 +271,7 @@ def test_junit_xml_carries_clause_and_repro_properties(flawed):
 
 
 def test_a_hang_that_ignores_signals_is_killed_and_the_run_resumes():
-    payload = run_suite(f"{HERE}:deaf_hang_impl", clauses=["SAC-V-1", "SAC-TD-1"], timeout=2, grace=3)
+    payload = run_suite(f"{HERE}:deaf_hang_impl", clauses=["SAC-V-1", "SAC-TD-1"], timeout=2, grace=1)
     report = clause_report(payload)
     st = {c["id"]: c["status"] for c in report["clauses"]}
     assert st["SAC-V-1"] == "timeout" and st["SAC-TD-1"] == "pass"
@@ -284,7 +285,8 @@ def test_a_hang_that_ignores_signals_is_killed_and_the_run_resumes():
 
 def test_ctrl_c_reports_what_ran_and_exits_4(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rlconform.cli", "audit", "--out", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "rlconform.cli", "audit", "--family", "isreshape", "--out",
+                             str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     for line in proc.stderr:  # wait until the suite is really running
@@ -310,10 +312,11 @@ def test_the_callers_pytest_configuration_does_not_reach_the_audit(tmp_path, mon
                                           "    items.clear()\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTEST_ADDOPTS", "--collect-only --deselect conformance_tests")
-    code, out, err = _cli("audit", "--family", "isreshape", "--out", tmp_path / "out")
+    code, out, err = _cli("audit", "--clause", "ISR-W-1", "--clause", "ISR-LOSS-2", "--out", tmp_path / "out")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0, err
-    assert report["summary"]["clauses"] >= 20 and report["summary"]["pass"] == report["summary"]["clauses"]
+    passed = {c["id"] for c in report["clauses"] if c["status"] == "pass"}
+    assert {"ISR-W-1", "ISR-LOSS-2"} <= passed and report["summary"]["pass"] == report["summary"]["clauses"]
     assert "tests selected" in err  # progress is streamed (plain lines when not a terminal)
 
 

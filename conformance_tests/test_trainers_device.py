@@ -74,15 +74,8 @@ def _floating(obj, path=""):
             yield from _floating(v, f"{path}[{i}]")
 
 
-def _tiny_game_dir(tmp_path) -> list[str]:
-    """One tiny tw-cooking game generated locally (recipe 1, take 1, one room): ``--games-dir``."""
-    from reference_impl.ccapo.textworld.games import GameSpec, generate
-
-    return ["--games-dir", str(generate(GameSpec(seed=0), tmp_path / "games").parent)]
-
-
 @pytest.mark.parametrize("name", sorted(TRAINERS))
-def test_two_updates_name_their_device_and_keep_the_dtype(tmp_path, name):
+def test_two_updates_name_their_device_and_keep_the_dtype(tmp_path, name, request):
     import importlib
 
     from reference_impl.common import load_checkpoint
@@ -94,7 +87,7 @@ def test_two_updates_name_their_device_and_keep_the_dtype(tmp_path, name):
     mod = importlib.import_module(module)
     out = tmp_path / name
     if name == "ccapo-textworld":
-        small = small + _tiny_game_dir(tmp_path)
+        small = small + ["--games-dir", str(request.getfixturevalue("tiny_game").parent)]
     watch = FactoryWatch({mod.__file__})
     with watch:
         assert mod.cli(["--updates", "2", "--out", str(out), "--device", "cpu", "--dtype", "float64", *small]) == 0

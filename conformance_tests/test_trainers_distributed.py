@@ -34,7 +34,7 @@ import torch
 
 from conformance_tests.harness import tolerance
 
-pytestmark = pytest.mark.meta
+pytestmark = [pytest.mark.meta, pytest.mark.long]
 
 WORLD, N_PER_RANK, MINIBATCH, EPOCHS, OBS, ACTIONS, HIDDEN, SHUFFLE_SEED = 2, 24, 8, 2, 6, 5, 16, 7
 HP = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)

@@ -37,8 +37,10 @@ def per_file_seconds(junit: Path) -> tuple[dict[str, float], int, int]:
 
 def main(argv=None) -> dict:
     args = C.parser(__doc__).parse_args(argv)
-    env = dict(os.environ, RLCONFORM_PROFILE="ci", RLCONFORM_DEVICE=args.device)
     with tempfile.TemporaryDirectory() as tmp:
+        # as a fresh checkout runs it: no collection cached by earlier runs (XDG_CACHE_HOME), site tests in
+        env = dict(os.environ, RLCONFORM_PROFILE="ci", RLCONFORM_DEVICE=args.device, XDG_CACHE_HOME=tmp,
+                   RLCONFORM_SITE_TESTS="1")
         junit = Path(tmp) / "junit.xml"
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "pytest", "conformance_tests", "-q", "-n", "auto",

@@ -58,7 +58,7 @@ class SuiteError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=1)
-def _collection() -> tuple[dict[str, tuple[str, ...]], set[str]]:
+def suite_collection() -> tuple[dict[str, tuple[str, ...]], set[str]]:
     """(nodeid -> clause ids, meta node ids) of the whole suite. Collecting it takes seconds, so it is
     kept in the user's cache directory under a key of everything it depends on (the test files, the
     installed packages, the Python); concurrent processes collect once, the others wait and read."""
@@ -73,11 +73,27 @@ def _collection() -> tuple[dict[str, tuple[str, ...]], set[str]]:
                 return {k: tuple(v) for k, v in data["marks"].items()}, set(data["meta"])
         marks, code, _, meta = collect_tests()
         if cache is not None and code == 0:  # a broken collection is never kept
-            with contextlib.suppress(OSError):
-                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps({"marks": marks, "meta": sorted(meta)}), encoding="utf-8")
-                tmp.replace(cache)
+            _keep_collection(cache, marks, meta)
     return marks, meta
+
+
+def _keep_collection(cache: Path, marks: dict[str, tuple[str, ...]], meta: set[str]) -> None:
+    with contextlib.suppress(OSError):
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"marks": marks, "meta": sorted(meta)}), encoding="utf-8")
+        tmp.replace(cache)
+
+
+def seed_suite_collection(marks: dict[str, tuple[str, ...]], meta: set[str]) -> None:
+    """Keep the collection of a pytest session that collected the whole suite anyway (the suite's own
+    run), so that its audits read it instead of collecting again. The caller vouches that it is whole."""
+    cache = _collection_cache_file()
+    if cache is None:
+        return
+    # never waits: the holder is collecting (maybe this very session, inside suite_collection) and keeps it
+    with file_lock(cache.with_suffix(".lock"), wait=False) as locked:
+        if locked and not cache.exists():
+            _keep_collection(cache, marks, meta)
 
 
 def _collection_cache_file() -> Path | None:
@@ -91,7 +107,8 @@ def _collection_cache_file() -> Path | None:
     h = hashlib.sha256(f"{sys.executable}|{sys.version}|{os.environ.get('RLCONFORM_SITE_TESTS')}".encode())
     for f in sorted(root.rglob("*.py")):
         h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
+    # a set: a distribution seen twice (a directory twice on sys.path, as pytest's rootdir insertion does) is one
+    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()})
     h.update("\n".join(dists).encode())
     try:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlconform"
@@ -102,17 +119,22 @@ def _collection_cache_file() -> Path | None:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path):
+def file_lock(path: Path, *, wait: bool = True):
     """An exclusive lock on ``path`` between processes for the block; yields whether it holds one (no
-    ``fcntl``: not POSIX, False, and the caller must not share what it writes). Released when the file
-    closes, also when the holder dies."""
+    ``fcntl``: not POSIX, False, and the caller must not share what it writes; ``wait=False``: also
+    False at once when another holds it, this process included). Released when the file closes, also
+    when the holder dies."""
     try:
         import fcntl
     except ImportError:
         yield False
         return
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
         yield True
 
 
@@ -122,7 +144,7 @@ def _clause_files() -> dict[str, frozenset[str]]:
     import conformance_tests
 
     root = Path(conformance_tests.__file__).resolve().parent
-    marks, meta = _collection()
+    marks, meta = suite_collection()
     out: dict[str, set[str]] = {}
     for nodeid, clauses in marks.items():
         if nodeid in meta:
@@ -136,7 +158,7 @@ def _clause_files() -> dict[str, frozenset[str]]:
 def reference_only_clauses() -> frozenset[str]:
     """Clauses the suite checks only with meta-tests, on the reference's own machinery (the STDB store,
     the trainers): no operation of the contract reaches them, so an audit leaves them out of its verdict."""
-    marks, meta = _collection()
+    marks, meta = suite_collection()
     return frozenset({c for cl in marks.values() for c in cl} - set(_clause_files()))
 
 
@@ -154,6 +176,7 @@ _warm: dict[str, Any] = {"depth": 0, "server": None, "failed": False}
 # rewrites their asserts). Named rather than discovered by a trial collection, which would cost the
 # server's start 5 s; a module missing here is imported by each child: slower, never different.
 _WARM_MODULES = ["torch", "numpy", "hypothesis", "pytest", "xdist.plugin", "_hypothesis_pytestplugin",
+                 "torch._dynamo",  # imported by an optimizer's first step: about 1 s of every training test
                  "conformance_tests.plugin", "conformance_tests.runtime", "conformance_tests.harness",
                  "conformance_tests.oracles", "conformance_tests.stdb_backends", "rlconform.audit",
                  *(f"{pkg}.{family}" for pkg in ("conformance_tests.strategies", "conformance_tests.contract",

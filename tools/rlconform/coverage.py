@@ -41,12 +41,6 @@ def collect_tests() -> tuple[dict[str, tuple[str, ...]], int, str, set[str]]:
     return col.items, int(code), sink.getvalue(), col.meta
 
 
-def collect_clause_marks() -> tuple[dict[str, tuple[str, ...]], int, str]:
-    """nodeid -> clause ids for every collected test, pytest's exit code, and its output."""
-    items, code, output, _ = collect_tests()
-    return items, code, output
-
-
 def coverage(spec: Spec | None = None) -> dict:
     spec = spec or default_spec()
     marks, code, output, meta = collect_tests()

@@ -178,9 +178,11 @@ def serve(sock_path: str, config: dict) -> None:
     listener.listen(16)
     print(f"{_READY}: {n} modules preloaded", flush=True)
     children: dict[int, socket.socket] = {}  # pid -> the connection that asked for it
+    exits: dict[int, int] = {}  # pid -> a pidfd, readable once the child exits (reaped at once, not at the next tick)
     while True:
         conns = list(children.values())
-        readable, _, _ = select.select([listener, sys.stdin, *conns], [], [], 0.1)
+        readable, _, _ = select.select([listener, sys.stdin, *conns, *exits.values()], [], [],
+                                       0.1 if len(exits) < len(children) else 1.0)
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1024):
             for pid in children:
                 _kill_group(pid)
@@ -207,6 +209,8 @@ def serve(sock_path: str, config: dict) -> None:
                 os.close(fd)
             conn.sendall(f"pid {pid}\n".encode())
             children[pid] = conn
+            with contextlib.suppress(AttributeError, OSError):  # pidfds: Linux >= 5.3
+                exits[pid] = os.pidfd_open(pid)
         while children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -215,6 +219,8 @@ def serve(sock_path: str, config: dict) -> None:
             if pid == 0:
                 break
             conn = children.pop(pid, None)
+            if pid in exits:
+                os.close(exits.pop(pid))
             if conn is not None:
                 with contextlib.suppress(OSError):
                     conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())

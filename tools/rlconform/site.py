@@ -1061,7 +1061,7 @@ def site_characters(site_dir: Path) -> set[str]:
     chars: set[str] = set()
     for path in [*site_dir.rglob("*.html"), site_dir / "search" / "search_index.json"]:
         if path.is_file():
-            chars.update(ch for ch in path.read_text(encoding="utf-8", errors="ignore") if is_cjk(ch))
+            chars.update(ch for ch in set(path.read_text(encoding="utf-8", errors="ignore")) if is_cjk(ch))
     return chars
 
 
@@ -1216,12 +1216,12 @@ def on_config(config, **kwargs):
 
 def generated_pages(docs_dir: Path) -> tuple[dict[str, str | bytes], list[str]]:
     """Every generated file (docs-relative path -> content) and the source pages they replace."""
-    from rlconform.coverage import collect_clause_marks
+    from rlconform.audit import suite_collection
     from rlconform.spec import load_spec
     from rlconform.traceability import traceability_page
 
     spec = load_spec()
-    marks, _, _ = collect_clause_marks()
+    marks, _ = suite_collection()  # cached: the audits of the same test files collected it already
     tests = tests_by_clause(marks)
     figures = make_figures()
     pages: dict[str, str | bytes] = {
