@@ -210,3 +210,36 @@ def test_the_mutant_profile_stops_a_clause_at_its_first_failure():
     outcomes = sorted(t["outcome"] for t in payload["tests"].values() if t["clauses"] == ["SAC-TD-1"])
     assert outcomes.count("fail") == 1 and outcomes.count("skipped") >= 1, outcomes
     assert _status(clause_report(payload))["SAC-TD-1"] == "fail"
+
+
+def test_a_mutant_run_orders_fixed_inputs_first_and_stops_on_the_requested_clauses():
+    """Fixed-input tests run before property tests; once every clause the run was asked about has failed,
+    a later test is skipped even if it also checks another clause (which nobody asked about)."""
+    payload = run_suite("conformance_tests.mutants.ppo:old_log_prob_not_detached", clauses=["PPO-OLD-1"],
+                        profile="mutant")
+    tests = list(payload["tests"].values())  # in the order they ran
+    kinds = [t["kind"] for t in tests]
+    assert kinds == sorted(kinds, key=["golden", "example", "property"].index), kinds
+    first = next(i for i, t in enumerate(tests) if t["outcome"] == "fail")
+    later = tests[first + 1:]
+    assert later and all(t["outcome"] == "skipped" for t in later), tests
+    assert any(set(t["clauses"]) - {"PPO-OLD-1"} for t in later), "no later test checks another clause too"
+
+
+def test_failures_tried_while_a_test_runs_are_formatted_by_the_stdlib(request):
+    """Hypothesis formats every failing example it tries (shrinking included) through ``repr_failure``;
+    while a test runs that is the stdlib's formatter, as pytest's re-parses source files each time."""
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        info = pytest.ExceptionInfo.from_current()
+    text = request.node.repr_failure(info)
+    assert isinstance(text, str) and text.startswith("Traceback") and "ValueError: boom" in text
+
+
+def test_only_the_release_profile_explains_a_failure():
+    from hypothesis import Phase, settings
+
+    assert Phase.explain not in settings.get_profile("rlconform-ci").phases
+    assert Phase.shrink in settings.get_profile("rlconform-ci").phases
+    assert Phase.explain in settings.get_profile("rlconform-release").phases
