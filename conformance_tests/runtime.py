@@ -42,12 +42,15 @@ def _profiles():
     from hypothesis import HealthCheck, Phase, settings
 
     quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    # An explicit parent: without one a profile inherits whatever profile is loaded when it is registered (a
+    # second session in one process would make release derandomised and explain-free, like ci).
+    base = settings.get_profile("default")
     # ci: no explain phase. It re-runs a shrunk failure hundreds of times to annotate which parts of the
     # example do not matter (most of the time spent on a failing property test); release keeps it.
-    settings.register_profile("rlconform-ci", max_examples=25, derandomize=True, deadline=None, database=None,
-                              print_blob=True, suppress_health_check=quiet,
+    settings.register_profile("rlconform-ci", parent=base, max_examples=25, derandomize=True, deadline=None,
+                              database=None, print_blob=True, suppress_health_check=quiet,
                               phases=[p for p in Phase if p.name != "explain"])
-    settings.register_profile("rlconform-release", max_examples=300, deadline=None, database=None,
+    settings.register_profile("rlconform-release", parent=base, max_examples=300, deadline=None, database=None,
                               print_blob=True, suppress_health_check=quiet)
     # Killing a mutant needs one failing example, not the minimal one: no shrinking.
     settings.register_profile("rlconform-mutant", parent=settings.get_profile("rlconform-ci"),

@@ -238,8 +238,18 @@ def test_failures_tried_while_a_test_runs_are_formatted_by_the_stdlib(request):
 
 
 def test_only_the_release_profile_explains_a_failure():
+    """Also when the profiles are registered again while one of them is loaded (a second session in this
+    process): release is then still random and explains, not a copy of ci."""
     from hypothesis import Phase, settings
 
-    assert Phase.explain not in settings.get_profile("rlconform-ci").phases
-    assert Phase.shrink in settings.get_profile("rlconform-ci").phases
-    assert Phase.explain in settings.get_profile("rlconform-release").phases
+    from conformance_tests.runtime import _profiles
+
+    previous = settings._current_profile
+    settings.load_profile("rlconform-ci")
+    try:
+        _profiles()
+    finally:
+        settings.load_profile(previous)
+    ci, release = settings.get_profile("rlconform-ci"), settings.get_profile("rlconform-release")
+    assert Phase.explain not in ci.phases and Phase.shrink in ci.phases and ci.derandomize
+    assert Phase.explain in release.phases and not release.derandomize and release.max_examples == 300
