@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(session, config, items):
     A session that collected the whole suite also hands its clause marks to the audits' collection
     cache (:func:`rlconform.audit.suite_collection`), which would otherwise collect it all again."""
     items.sort(key=lambda it: (it.get_closest_marker("long") is None, it.get_closest_marker("meta") is None))
-    if session.testsfailed == 0 and {Path(str(it.fspath)).name for it in items} == _suite_files(config):
+    if session.testsfailed == 0 and _whole_suite(config):
         from conformance_tests.runtime import item_clauses
         from rlconform.audit import seed_suite_collection
 
@@ -42,9 +42,18 @@ def pytest_collection_modifyitems(session, config, items):
                               {it.nodeid for it in items if it.get_closest_marker("meta")})
 
 
-def _suite_files(config) -> set[str]:
-    """The test modules a collection of the whole suite reads."""
-    return {p.name for p in Path(__file__).parent.glob("test_*.py") if not _site_ignored(p, config)}
+def _whole_suite(config) -> bool:
+    """Whether this session collects all of the suite: its arguments name the package (a directory or
+    ``--pyargs``), nothing narrower, and nothing is ignored."""
+    root = Path(__file__).resolve().parent
+    if config.getoption("ignore", None) or config.getoption("ignore_glob", None) or not config.args:
+        return False
+    for arg in config.args:
+        spec = importlib.util.find_spec(arg) if config.getoption("pyargs", False) and "/" not in arg else None
+        path = Path(spec.origin).parent if spec is not None and spec.origin else Path(arg.split("::")[0])
+        if path.resolve() != root:
+            return False
+    return True
 
 
 def _site_ignored(path: Path, config) -> bool:
