@@ -274,3 +274,35 @@ def test_a_server_that_dies_mid_run_makes_the_client_run_it_again_itself(probe_d
         os.close(r)
         proc.stderr.close()
         server.close()
+
+
+def test_a_run_that_ends_before_its_caller_reads_the_pid_keeps_its_exit_code(tmp_path):
+    """The server may reap a quick run and send "exit N" before the caller has read "pid N": both lines
+    then arrive in one read, and the exit code must not be mistaken for the pid (the run would look lost
+    and be run a second time)."""
+    import socket
+    import threading
+
+    from rlconform.forkserver import start_child
+
+    sock_path = str(tmp_path / "sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(1)
+
+    def fake_server():
+        conn, _ = listener.accept()
+        _, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(b"pid 4242\nexit 3\n")
+        conn.close()
+
+    th = threading.Thread(target=fake_server, daemon=True)
+    th.start()
+    try:
+        child = start_child(sock_path, [sys.executable, "-m", "probe"], stdin=subprocess.DEVNULL)
+        assert (child.pid, child.wait(timeout=LIMIT), child.lost) == (4242, 3, False)
+    finally:
+        th.join(LIMIT)
+        listener.close()

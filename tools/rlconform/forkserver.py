@@ -232,11 +232,12 @@ class WarmChild:
     """A run forked by the server: the part of :class:`subprocess.Popen` the audit uses. ``lost``: the
     server died during the run (which was then killed, so ``returncode`` says nothing about the run)."""
 
-    def __init__(self, conn: socket.socket, pid: int, args: list[str]):
+    def __init__(self, conn: socket.socket, pid: int, args: list[str], received: bytes = b""):
         self._conn, self.pid, self.args = conn, pid, args
         self.returncode: int | None = None
         self.lost = False
         self._buf = b""
+        self._add(received)
 
     def _take(self, timeout: float | None) -> None:
         if self.returncode is not None:
@@ -248,10 +249,14 @@ class WarmChild:
         if not data:  # the server died under its child: end the child too, report it killed
             _kill_group(self.pid)
             self.returncode, self.lost = -signal.SIGKILL, True
-        self._buf += data
-        if self._buf.endswith(b"\n"):
-            self.returncode = int(self._buf.split()[-1])
+        self._add(data)
         if self.returncode is not None:
+            self._conn.close()
+
+    def _add(self, data: bytes) -> None:
+        self._buf += data
+        if self._buf.endswith(b"\n") and self.returncode is None:
+            self.returncode = int(self._buf.split()[-1])
             self._conn.close()
 
     def poll(self) -> int | None:
@@ -327,7 +332,9 @@ def start_child(sock_path: str, args: Sequence[str], *, cwd: str | os.PathLike |
     finally:
         if stdin == subprocess.DEVNULL:
             os.close(fds[0])
-    return WarmChild(conn, int(reply.split()[-1]), list(request["argv"]))
+    # a run that ended at once may have its "exit N" line in the same read: it belongs to the child
+    first, _, rest = reply.partition(b"\n")
+    return WarmChild(conn, int(first.split()[-1]), list(request["argv"]), received=rest)
 
 
 class ForkServer:
