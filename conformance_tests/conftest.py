@@ -35,11 +35,10 @@ def pytest_collection_modifyitems(session, config, items):
     cache (:func:`rlconform.audit.suite_collection`), which would otherwise collect it all again."""
     items.sort(key=lambda it: (it.get_closest_marker("long") is None, it.get_closest_marker("meta") is None))
     if session.testsfailed == 0 and _whole_suite(config):
-        from conformance_tests.runtime import item_clauses
         from rlconform.audit import seed_suite_collection
+        from rlconform.coverage import clause_marks
 
-        seed_suite_collection({it.nodeid: item_clauses(it) for it in items},
-                              {it.nodeid for it in items if it.get_closest_marker("meta")})
+        seed_suite_collection(*clause_marks(items))
 
 
 def _whole_suite(config) -> bool:

@@ -24,6 +24,7 @@ import pytest
 
 from conformance_tests import harness, preflight
 from conformance_tests.plugin import option
+from rlconform.audit import KIND_RANK
 from rlconform.expectations import load_expectations
 from rlconform.spec import SpecError, default_spec
 from rlconform.yamlfile import YamlFileError
@@ -72,9 +73,6 @@ def test_kind(item) -> str:
     if getattr(fn, "is_hypothesis_test", False):
         return "property"
     return "golden" if "golden" in item.name else "example"
-
-
-_KIND_ORDER = {"golden": 0, "example": 1, "property": 2}
 
 
 def _plain_repr_failure(excinfo, style=None) -> str:
@@ -207,7 +205,7 @@ class RlconformRun:
             skip = set(Path(skip_file).read_text(encoding="utf-8").split())
             keep = [it for it in keep if it.nodeid not in skip]
         if self.profile == "mutant":  # fixed inputs before hypothesis: most kills cost one cheap test
-            keep.sort(key=lambda it: _KIND_ORDER[test_kind(it)])
+            keep.sort(key=lambda it: KIND_RANK[test_kind(it)])
         kept = {id(it) for it in keep}
         drop = [it for it in items if id(it) not in kept]
         if drop:
@@ -242,7 +240,7 @@ class RlconformRun:
         clauses = item_clauses(item)
         if self.profile == "mutant" and clauses and self.failed_clauses.issuperset(self._asked(clauses)):
             # a mutant is killed by one failing test per clause: the rest of its clauses' tests add nothing
-            pytest.skip("mutant profile: every clause of this test already failed")
+            pytest.skip("mutant profile: every clause this run checks with this test already failed")
         harness.begin_test(clauses=clauses, timeout=self.timeout or None)
 
     @pytest.hookimpl(hookwrapper=True)

@@ -224,6 +224,8 @@ def test_a_mutant_run_orders_fixed_inputs_first_and_stops_on_the_requested_claus
     later = tests[first + 1:]
     assert later and all(t["outcome"] == "skipped" for t in later), tests
     assert any(set(t["clauses"]) - {"PPO-OLD-1"} for t in later), "no later test checks another clause too"
+    # those other clauses ran only in part: the report gives them no verdict (never a "not applicable")
+    assert _status(clause_report(payload)) == {"PPO-OLD-1": "fail"}
 
 
 def test_failures_tried_while_a_test_runs_are_formatted_by_the_stdlib(request):

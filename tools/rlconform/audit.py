@@ -39,7 +39,7 @@ FAILED = ("fail", "error", "timeout")
 _ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT", "expected_fail": "XFAIL",
          "not_applicable": "N/A", "not_run": "NOT RUN", "untested": "UNTESTED", "deviation": "DEVIATION"}
 # How much a failing test tells a reader: a hand-computed golden value first, a property last.
-_KIND_RANK = {"golden": 0, "example": 1, "property": 2}
+KIND_RANK = {"golden": 0, "example": 1, "property": 2}
 _STATUS_RANK = {"error": 0, "timeout": 1, "fail": 2, "expected_fail": 3}
 HANG_GRACE = 30.0  # seconds past a test's own budget before the watchdog kills the child
 _INI = """[pytest]
@@ -460,7 +460,7 @@ def _clause_deviations(tests: list[tuple[str, dict]]) -> list[dict]:
 def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
     """Every failing test of a clause, worst status first, then golden before example before property."""
     bad = [(n, t) for n, t in tests if t.get("outcome") in _STATUS_RANK]
-    bad.sort(key=lambda nt: (_STATUS_RANK[nt[1]["outcome"]], _KIND_RANK.get(nt[1].get("kind"), 1), nt[0]))
+    bad.sort(key=lambda nt: (_STATUS_RANK[nt[1]["outcome"]], KIND_RANK.get(nt[1].get("kind"), 1), nt[0]))
     out = []
     for nodeid, t in bad:
         entry = {"test": nodeid, "status": t["outcome"], "kind": t.get("kind"),
@@ -500,6 +500,10 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
     clauses = []
     for fam in audited:
         for c in spec.families[fam].clauses if fam in spec.families else ():
+            if selected and c.id not in selected:
+                # a clause that only shares tests with a selected one: some of its tests never ran (and the
+                # mutant profile stops the shared ones early), so the run gives it no verdict
+                continue
             tests = by_clause.get(c.id, [])
             if not tests:
                 # A clause of the audited families that no test checks is never passed silently; one

@@ -16,18 +16,21 @@ import pytest
 from rlconform.spec import Spec, default_spec
 
 
+def clause_marks(items) -> tuple[dict[str, tuple[str, ...]], set[str]]:
+    """nodeid -> clause ids of collected pytest items, and the node ids of the meta-tests among them."""
+    from conformance_tests.runtime import item_clauses
+
+    return ({it.nodeid: item_clauses(it) for it in items},
+            {it.nodeid for it in items if it.get_closest_marker("meta") is not None})
+
+
 class _Collector:
     def __init__(self):
         self.items: dict[str, tuple[str, ...]] = {}
         self.meta: set[str] = set()
 
     def pytest_collection_modifyitems(self, session, config, items):
-        from conformance_tests.runtime import item_clauses
-
-        for it in items:
-            self.items[it.nodeid] = item_clauses(it)
-            if any(True for _ in it.iter_markers("meta")):
-                self.meta.add(it.nodeid)
+        self.items, self.meta = clause_marks(items)
 
 
 def collect_tests() -> tuple[dict[str, tuple[str, ...]], int, str, set[str]]:

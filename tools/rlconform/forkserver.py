@@ -249,9 +249,8 @@ class WarmChild:
         if not data:  # the server died under its child: end the child too, report it killed
             _kill_group(self.pid)
             self.returncode, self.lost = -signal.SIGKILL, True
-        self._add(data)
-        if self.returncode is not None:
             self._conn.close()
+        self._add(data)
 
     def _add(self, data: bytes) -> None:
         self._buf += data
