@@ -1,7 +1,7 @@
 """The reference trainers under torchrun: 2 CPU processes (gloo) against one process.
 
-``test_one_distributed_update_equals_the_combined_batch_update`` launches this file itself as the
-worker (``python -m torch.distributed.run --nproc_per_node 2 THIS_FILE --worker OUT``). Each rank
+``test_one_distributed_update_equals_the_combined_batch_update`` launches this module itself as the
+worker (``torchrun --nproc_per_node 2 -m conformance_tests.test_trainers_distributed --worker OUT``). Each rank
 holds one half of a fixed batch; the test replays the same update in this process on the whole
 batch, with torch's own Adam and gradient clipping, and compares the parameters.
 
@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +43,45 @@ MAX_GRAD_NORM = 0.5
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _torchrun(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def torchrun():
+    """``torchrun(module, *args)``: ``torchrun --standalone --nproc_per_node 2 -m module args``, asserted to exit 0.
+
+    Every run's launcher and ranks are forked from one warm server that imported torch and the trainer
+    (a rank is started as ``--no-python python -m rlconform.forkserver run SOCK -- python -m module``): each
+    launch then costs its work, not three interpreters importing torch (about 6 CPU-s). The launcher,
+    rendezvous, environment and gloo groups are torchrun's own either way; without the server each
+    process starts afresh."""
+    from rlconform.forkserver import ForkServer, ForkServerError
+
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD), *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
+    try:
+        server = ForkServer(["torch", "torch._dynamo", "torch.distributed.run", "numpy", "reference_impl.ppo.trainer",
+                             "reference_impl.ppo.update", "conformance_tests.harness"], env=env, cwd=REPO)
+    except ForkServerError:
+        server = None
+
+    def run(module: str, *args: str, timeout: float = 240) -> None:
+        worker = [sys.executable, "-m", module, *args]
+        if server is not None:
+            worker = ["--no-python", sys.executable, "-m", "rlconform.forkserver", "run", server.sock, "--", *worker]
+        else:
+            worker = worker[1:]  # torchrun's own -m
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD), *worker]
+        with tempfile.TemporaryFile("w+") as out:
+            launch = server.popen if server is not None else subprocess.Popen
+            proc = launch(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+            out.seek(0)
+            assert code == 0, f"{' '.join(cmd)} exited {code}:\n{out.read()[-6000:]}"
+
+    yield run
+    if server is not None:
+        server.close()
 
 
 def _nets():
@@ -130,9 +164,9 @@ def _single_process_replay() -> tuple[dict, dict, list[dict]]:
 
 
 @pytest.mark.clause("PPO-UPDATE-2", "PPO-ADV-1", "PPO-KLSTOP-1")
-def test_one_distributed_update_equals_the_combined_batch_update(tmp_path):
+def test_one_distributed_update_equals_the_combined_batch_update(tmp_path, torchrun):
     out = tmp_path / "ddp.pt"
-    _torchrun(str(Path(__file__).resolve()), "--worker", str(out))
+    torchrun("conformance_tests.test_trainers_distributed", "--worker", str(out))
     got = torch.load(out, weights_only=False)
     actor, critic, want_metrics = _single_process_replay()
     rtol, atol = tolerance("PPO-UPDATE-2", torch.float64)
@@ -152,15 +186,15 @@ def test_one_distributed_update_equals_the_combined_batch_update(tmp_path):
     print(f"DDP vs single process: max |param diff| = {worst:.3g}")
 
 
-def test_ppo_trainer_under_torchrun_writes_once_and_resumes_exactly(tmp_path):
+def test_ppo_trainer_under_torchrun_writes_once_and_resumes_exactly(tmp_path, torchrun):
     """2 processes: rank 0 alone writes the run directory; metrics cover both ranks' samples; a run
     stopped after 2 updates and resumed (every rank's random state comes from the checkpoint) logs the
     same third update as a run of 3."""
     small = ["--smoke", "--n-envs", "2", "--rollout-steps", "10", "--minibatch-size", "10", "--checkpoint-every", "1"]
     straight, split = tmp_path / "straight", tmp_path / "split"
-    _torchrun("-m", "reference_impl.ppo.trainer", "--updates", "3", "--out", str(straight), *small)
-    _torchrun("-m", "reference_impl.ppo.trainer", "--updates", "2", "--out", str(split), *small)
-    _torchrun("-m", "reference_impl.ppo.trainer", "--updates", "3", "--resume", "--out", str(split), *small)
+    torchrun("reference_impl.ppo.trainer", "--updates", "3", "--out", str(straight), *small)
+    torchrun("reference_impl.ppo.trainer", "--updates", "2", "--out", str(split), *small)
+    torchrun("reference_impl.ppo.trainer", "--updates", "3", "--resume", "--out", str(split), *small)
     assert sorted(f.name for f in split.iterdir()) == ["checkpoint.pt", "config.json", "metrics.jsonl"]
     full, resumed = ([json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()] for d in (straight, split))
     assert [r["update"] for r in resumed] == [1, 2, 3]
