@@ -72,7 +72,9 @@ def probe_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(probe_dir):
-    with ForkServer(["json"], env={"RLCONFORM_TEST_SERVER_ONLY": "1"}, cwd=probe_dir) as s:
+    # PYTHONUNBUFFERED empty: the server's own stdout is block-buffered whatever the caller's setting, so
+    # only a run's -u can make its output unbuffered
+    with ForkServer(["json"], env={"RLCONFORM_TEST_SERVER_ONLY": "1", "PYTHONUNBUFFERED": ""}, cwd=probe_dir) as s:
         yield s
 
 
@@ -118,7 +120,7 @@ def test_the_request_argv_cwd_and_env_reach_the_run_and_nothing_of_the_servers(s
     with open(out, "w") as f:
         child = _start(server, probe_dir, "report", "a b", "--x", stdout=f, stderr=subprocess.STDOUT, env=env)
         assert child.wait() == 0
-    line, err = out.read_text().splitlines()
+    err, line = sorted(out.read_text().splitlines(), key=lambda ln: ln.startswith("{"))  # buffered stdout comes last
     seen = json.loads(line)
     assert seen["argv"][1:] == ["report", "a b", "--x"] and seen["argv"][0] == str(probe_dir / "probe.py")
     assert seen["name"] == "__main__"
@@ -153,6 +155,40 @@ def test_the_exit_code_is_the_runs(server, probe_dir, tmp_path, argv, code, stde
         child = _start(server, probe_dir, *argv, stdout=out, stderr=err)
         assert child.wait() == code == child.returncode == child.poll()
     assert stderr in (tmp_path / "err").read_text()
+
+
+C_RUN = ("import os, sys; print(__name__, sys.argv, repr(sys.path[0]), os.getppid()); "
+         "sys.stdout.write('unbuffered\\n'); sys.stdin.readline(); sys.exit(int(sys.argv[1]))")
+
+
+def test_a_dash_c_run_is_the_interpreters_and_dash_u_leaves_stdout_unbuffered(server, probe_dir):
+    """``python -u -c CODE ARGS``, as execnet starts an xdist worker: a fresh ``__main__``, argv[0] ``-c``, the
+    working directory first on the path, and (-u) what it writes arrives while it still runs: this run
+    waits for a line on stdin after writing, so a buffered stdout would never show it."""
+    (r_out, w_out), (r_in, w_in) = os.pipe(), os.pipe()
+    try:
+        child = server.popen([sys.executable, "-u", "-c", C_RUN, "7", "x y"], cwd=probe_dir, stdin=r_in,
+                             stdout=w_out, stderr=w_out)
+    finally:
+        os.close(w_out), os.close(r_in)
+    got = _read(r_out, b"unbuffered\n").decode()
+    os.write(w_in, b"go\n")
+    os.close(w_in), os.close(r_out)
+    assert child.wait(LIMIT) == 7
+    assert got.splitlines()[0] == f"__main__ ['-c', '7', 'x y'] '' {server.pid}"
+
+
+def test_xdist_workers_of_a_warm_audit_fork_from_its_server(server):
+    """The ``--tx popen//python=...`` command the audit gives xdist (rlconform.audit._worker_python) is
+    understood by execnet and starts a gateway forked by the server that answers."""
+    execnet = pytest.importorskip("execnet")
+    from rlconform.audit import _worker_python
+
+    gw = execnet.makegateway(f"popen//python={_worker_python(server)}")
+    try:
+        assert gw.remote_exec("import os; channel.send(os.getppid())").receive(LIMIT) == server.pid
+    finally:
+        gw.exit()
 
 
 # ----------------------------------------------------------------------------- ending a run

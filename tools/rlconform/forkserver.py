@@ -1,4 +1,5 @@
-"""A warm process that starts ``python -m MODULE ...`` runs by forking, and a Popen-like handle on each run.
+"""A warm process that starts ``python -m MODULE ...`` (and ``python -c CODE ...``) runs by forking, and a
+Popen-like handle on each run.
 
 Starting pytest on the suite costs about 3 s per child process, almost all of it importing torch,
 hypothesis and our packages; the tests of one mutant or one meta-test audit take well under a second.
@@ -20,7 +21,7 @@ preloaded either, and dropped from the server before it forks, so every child im
 disk: mutation testing rewrites our own packages between runs (tools/mutation/run.py).
 
     python -m rlconform.forkserver serve SOCKET CONFIG_JSON        # started by ForkServer, never by hand
-    python -m rlconform.forkserver run SOCKET -- python -m MODULE ...  # exit code = the run's
+    python -m rlconform.forkserver run SOCKET -- python -m MODULE ...  # exit code = the run's (or -c CODE)
 
 ``run`` is a client for callers that can only start a command (mutmut's runner): it sends its own stdin,
 stdout, stderr, working directory and environment. A server it cannot reach, or one that dies mid-run,
@@ -31,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import io
 import json
 import os
 import random
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import IO, Any, Iterable, Sequence
 
@@ -66,7 +69,7 @@ def _excluded(name: str, prefixes: Sequence[str]) -> bool:
 
 
 def _child_main(request: dict, fds: list[int]) -> None:
-    """In a forked child: become the requested ``python -m`` run, then _exit with its code."""
+    """In a forked child: become the requested ``python -m`` or ``-c`` run, then _exit with its code."""
     code = 1
     try:
         os.setpgid(0, 0)
@@ -82,12 +85,22 @@ def _child_main(request: dict, fds: list[int]) -> None:
         # a mutant's bytecode must never be cached)
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         random.seed()
-        argv = request["argv"]
-        if not _is_module_run(argv):
-            raise ValueError(f"the fork server runs `python -m MODULE ...` only, not {argv[:3]}")
-        sys.argv = [argv[2], *argv[3:]]
-        sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        flags, kind, target, args = _parse_run(request["argv"])
+        if "-B" in flags:
+            sys.dont_write_bytecode = True
+        if "-u" in flags:  # unbuffered stdout and stderr, as the interpreter's -u gives them
+            sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=f.encoding,
+                                                       errors=f.errors, write_through=True)
+                                      for fd, f in ((1, sys.stdout), (2, sys.stderr)))
+        if kind == "-m":
+            sys.argv = [target, *args]
+            sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:  # -c: a fresh __main__, the working directory first on the path (''), as the interpreter does
+            sys.argv = ["-c", *args]
+            sys.path[0] = ""
+            main = sys.modules["__main__"] = types.ModuleType("__main__")
+            exec(compile(target, "<string>", "exec"), main.__dict__)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -104,8 +117,27 @@ def _child_main(request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def _is_module_run(argv: Sequence[str]) -> bool:
-    return len(argv) >= 3 and argv[1] == "-m"
+_FLAGS = ("-u", "-B")  # interpreter flags a run may carry before -m / -c (execnet starts `python -u -c CODE`)
+
+
+def _parse_run(argv: Sequence[str]) -> tuple[set[str], str, str, list[str]]:
+    """``python [-u] [-B] -m MODULE ARGS...`` or ``python [-u] [-B] -c CODE ARGS...`` -> (flags, "-m" or "-c",
+    MODULE or CODE, ARGS); a ValueError for any other command."""
+    i = 1
+    while i < len(argv) and argv[i] in _FLAGS:
+        i += 1
+    if i + 1 < len(argv) and argv[i] in ("-m", "-c"):
+        return set(argv[1:i]), argv[i], argv[i + 1], list(argv[i + 2:])
+    raise ValueError(f"the fork server runs `python [-u] [-B] -m MODULE ...` or `-c CODE ...` only, not {list(argv[:4])}")
+
+
+def _runnable(argv: Sequence[str]) -> bool:
+    """A command the server can run (see :func:`_parse_run`)."""
+    try:
+        _parse_run(argv)
+    except ValueError:
+        return False
+    return True
 
 
 def _preload(modules: Sequence[str], discover: Sequence[str] | None, exclude: Sequence[str] = ()) -> int:
@@ -409,10 +441,10 @@ class ForkServer:
 def client(sock_path: str, argv: list[str]) -> int:
     """Run ``argv`` in the server at ``sock_path`` with this process's stdio, cwd and environment and
     return its exit code as a shell gives it (128 + N for a run ended by signal N). A command that is
-    not ``python -m ...``, or a server that cannot be reached or dies mid-run, is exec'd here instead,
+    not ``python -m ...`` or ``-c ...``, or a server that cannot be reached or dies mid-run, is exec'd here instead,
     so that whoever kills this process (mutmut's timeout) kills the run itself."""
     child = None
-    if _is_module_run(argv):
+    if _runnable(argv):
         with contextlib.suppress(ForkServerError):
             child = start_child(sock_path, argv)
     if child is not None:
