@@ -20,6 +20,8 @@ from typing import Callable
 import torch
 import torch.utils._python_dispatch
 
+from tools.benchmarks.spread import BUSY_SPREAD, round_spread
+
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "performance" / "raw"
 
 
@@ -50,20 +52,33 @@ def median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
-def interleave(contenders: dict[str, Callable[[], object]], rounds: int, device: torch.device,
-               warmup: int = 1) -> dict[str, list[float]]:
-    """Round r runs every contender once, in a rotated order; returns the times per contender."""
+def interleave(contenders: dict[str, Callable[[], object] | tuple[Callable[[], tuple], Callable[..., object]]],
+               rounds: int, device: torch.device, warmup: int = 1) -> dict[str, list[float]]:
+    """Round r runs every contender once, in a rotated order; returns the times per contender. A contender
+    is a callable, or a pair ``(setup, fn)``: ``fn(*setup())`` with only ``fn`` timed (a fresh store per
+    round). Warns on stderr when the rounds disagree as a busy machine makes them (:mod:`tools.benchmarks.spread`)."""
     tick = clock(device)
     names = list(contenders)
+
+    def once(name: str) -> float:
+        call = contenders[name]
+        setup, fn = call if isinstance(call, tuple) else (tuple, call)
+        args = setup()
+        t0 = tick()
+        fn(*args)
+        return tick() - t0
+
     for _ in range(warmup):
         for n in names:
-            contenders[n]()
+            once(n)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            t0 = tick()
-            contenders[n]()
-            times[n].append(tick() - t0)
+            times[n].append(once(n))
+    spread = round_spread(times)
+    if spread > BUSY_SPREAD:
+        print(f"warning: the rounds varied by {spread:.0%} (a busy machine?): the ratio may be off; rerun",
+              file=sys.stderr)
     return times
 
 

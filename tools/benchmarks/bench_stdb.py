@@ -15,21 +15,28 @@ update" is one distinct edge of one trajectory (an N_total increment). Rows:
   floor of today's schema; symbols interned beforehand, not timed);
 * ``dict``: the counter increments alone, precomputed, into a Python dict.
 
-Run: ``python -m pytest tools/benchmarks -k bench_stdb`` (naming the file itself collects it twice:
-once by pytest, once by tools/benchmarks/conftest.py); the edge updates/s of every row and the
-ratios are printed at the end (one run, same process, rows one after another).
+Run, interleaved as the performance page wants it (every row once per round, in a rotated order, one
+process; a busy minute then slows every row alike): ``python -m tools.benchmarks.bench_stdb [--rounds 5]``.
+As pytest-benchmark tests (rows one after another, PostgreSQL included when a server can be started):
+``python -m pytest tools/benchmarks -k bench_stdb`` (naming the file itself collects it twice: once by
+pytest, once by tools/benchmarks/conftest.py); the edge updates/s of every row and the ratios are
+printed at the end.
 """
 from __future__ import annotations
 
 import random
 import sqlite3
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from reference_impl.ccapo.stdb import MemorySTDB, postgres_store, sqlite_store, trajectory_edges
 from conformance_tests.stdb_backends import V1_SQLITE_SCHEMA, V1_UPSERT_EDGE
 from reference_impl.ccapo.stdb.sql import _UPSERT_EDGE, ID_BITS, SQLITE_SCHEMA_SQL
+from reference_impl.ccapo.stdb.update import gc_paused
 
 PROMPTS, ROLLOUTS, STEPS, BATCHES = 8, 8, 20, 20
 ROUNDS = 5
@@ -119,9 +126,8 @@ def _store_rows(make, batches, per_trajectory=False):
     return setup, fold
 
 
-def test_dict(benchmark, record_median, workload):
-    _, rows, n = workload
-
+def _dict_rows(rows):
+    """(setup, fold) of the counter increments alone into a Python dict."""
     def setup():
         return ({},), {}
 
@@ -135,14 +141,21 @@ def test_dict(benchmark, record_median, workload):
                     e[0] += nt
                     e[1] += ns
                     e[2] += ds
+    return setup, fold
+
+
+def test_dict(benchmark, record_median, workload):
+    _, rows, n = workload
+    setup, fold = _dict_rows(rows)
     _run(benchmark, record_median, "dict", setup, fold, n)
 
 
-def _raw_rows(benchmark, record_median, tmp_path, key, schema, upsert, rows, n):
+def _raw_rows(directory: Path, key: str, schema: str, upsert: str, rows):
+    """(setup, fold) of precomputed upserts, one ``executemany`` per batch, into a fresh WAL file."""
     paths = iter(range(10**6))
 
     def setup():
-        conn = sqlite3.connect(str(tmp_path / f"{key}{next(paths)}.sqlite"), isolation_level=None)
+        conn = sqlite3.connect(str(directory / f"{key}{next(paths)}.sqlite"), isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         for stmt in filter(str.strip, schema.split(";")):
@@ -155,23 +168,29 @@ def _raw_rows(benchmark, record_median, tmp_path, key, schema, upsert, rows, n):
             conn.executemany(upsert, rb)
             conn.execute("COMMIT")
         conn.close()
-    _run(benchmark, record_median, key, setup, fold, n)
+    return setup, fold
 
 
-def test_raw_executemany(benchmark, record_median, workload, tmp_path):
-    _, rows, n = workload
-    _raw_rows(benchmark, record_median, tmp_path, "raw_executemany", V1_SQLITE_SCHEMA, V1_UPSERT_EDGE, rows, n)
-
-
-def test_raw_int_executemany(benchmark, record_median, workload, tmp_path):
-    _, rows, n = workload
+def _packed(rows):
+    """The increments with the store's packed integer keys (symbols interned beforehand, not timed)."""
     ids: dict[str, int] = {}
     for rb in rows:
         for r in rb:
             for t in r[:3]:
                 ids.setdefault(t, len(ids))
-    packed = [[((ids[r[0]] << 2 * ID_BITS) | (ids[r[1]] << ID_BITS) | ids[r[2]], *r[3:]) for r in rb] for rb in rows]
-    _raw_rows(benchmark, record_median, tmp_path, "raw_int_executemany", SQLITE_SCHEMA_SQL, _UPSERT_EDGE, packed, n)
+    return [[((ids[r[0]] << 2 * ID_BITS) | (ids[r[1]] << ID_BITS) | ids[r[2]], *r[3:]) for r in rb] for rb in rows]
+
+
+def test_raw_executemany(benchmark, record_median, workload, tmp_path):
+    _, rows, n = workload
+    setup, fold = _raw_rows(tmp_path, "raw_executemany", V1_SQLITE_SCHEMA, V1_UPSERT_EDGE, rows)
+    _run(benchmark, record_median, "raw_executemany", setup, fold, n)
+
+
+def test_raw_int_executemany(benchmark, record_median, workload, tmp_path):
+    _, rows, n = workload
+    setup, fold = _raw_rows(tmp_path, "raw_int_executemany", SQLITE_SCHEMA_SQL, _UPSERT_EDGE, _packed(rows))
+    _run(benchmark, record_median, "raw_int_executemany", setup, fold, n)
 
 
 def test_memory_store(benchmark, record_median, workload):
@@ -206,3 +225,48 @@ def test_postgres_store(benchmark, record_median, workload, request):
     setup, fold = _store_rows(lambda: postgres_store(server.fresh_dsn()), batches)
     _run(benchmark, record_median, "postgres_store", setup, fold, n,
          pair=(f"{LABEL}: SQLite store time / PostgreSQL store time", "stdb/sqlite_store", "stdb/postgres_store"))
+
+
+def contenders(batches, rows, directory: Path) -> dict:
+    """Every row of the page as (setup, fold): what :func:`tools.benchmarks._common.interleave` times."""
+    paths = iter(range(10**6))
+    return {
+        "dict": _dict_rows(rows),
+        "raw_executemany": _raw_rows(directory, "raw_executemany", V1_SQLITE_SCHEMA, V1_UPSERT_EDGE, rows),
+        "raw_int_executemany": _raw_rows(directory, "raw_int_executemany", SQLITE_SCHEMA_SQL, _UPSERT_EDGE,
+                                         _packed(rows)),
+        "memory_store": _store_rows(MemorySTDB, batches),
+        "sqlite_store": _store_rows(lambda: sqlite_store(directory / f"s{next(paths)}.sqlite"), batches),
+        "sqlite_store_per_trajectory": _store_rows(lambda: sqlite_store(directory / f"t{next(paths)}.sqlite"),
+                                                   batches, per_trajectory=True),
+    }
+
+
+def main(argv=None) -> dict:
+    import torch
+
+    from tools.benchmarks import _common as C
+
+    ap = C.parser(__doc__)
+    args = ap.parse_args(argv)
+    if args.device != "cpu":
+        ap.error("the STDB runs on the CPU (SQLite and Python dicts): --device cpu")
+    batches = _batches()
+    rows, n = _increments(batches), sum(len(trajectory_edges(tr)) for b in batches for tr in b)
+    with tempfile.TemporaryDirectory() as tmp, gc_paused():  # as the pytest-benchmark rows run (disable_gc)
+        timed = {name: (lambda setup=setup: setup()[0], fold)
+                 for name, (setup, fold) in contenders(batches, rows, Path(tmp)).items()}
+        times = C.interleave(timed, args.rounds, torch.device("cpu"))
+    med = {k: C.median(t) for k, t in times.items()}
+    rate = {k: n / m for k, m in med.items()}
+    res = {"benchmark": "stdb", "device": "cpu", "rounds": args.rounds, "edge_updates": n, "median_s": med,
+           "times_s": times, "edge_updates_per_s": rate}
+    path = C.write("stdb_cpu", res, args.json)
+    for k, r in rate.items():
+        print(f"{k:30s} {r:>12,.0f}/s   {r / rate['raw_executemany']:.2f}x raw executemany")
+    print(f"wrote {path}")
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
