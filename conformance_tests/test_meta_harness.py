@@ -255,3 +255,47 @@ def test_only_the_release_profile_explains_a_failure():
     ci, release = settings.get_profile("rlconform-ci"), settings.get_profile("rlconform-release")
     assert Phase.explain not in ci.phases and Phase.shrink in ci.phases and ci.derandomize
     assert Phase.explain in release.phases and not release.derandomize and release.max_examples == 300
+
+
+_NEW_MODULES = """
+import json, sys
+before = set(sys.modules)
+import pytest
+pytest.main(sys.argv[2:])
+with open(sys.argv[1], "w") as f:
+    json.dump(sorted(set(sys.modules) - before), f)
+"""
+
+
+@pytest.mark.parametrize("family", ["sac", "ppo", "isreshape", "ccapo"])
+def test_a_warm_audit_child_imports_next_to_nothing_the_server_did_not_preload(family, tmp_path):
+    """What an audit child imports itself is paid by every one of the meta-tests' and mutants' audits.
+    Collecting a family there may import its test modules, conftest, pytest's lazily loaded plugins and
+    stdlib modules, and hardly anything else: a test module that starts importing a new heavy package
+    (scipy.optimize was one: 260 modules, 0.16 s per child) belongs in the server's list."""
+    import subprocess
+    import sys
+
+    from rlconform import audit
+
+    with audit.warm_children():
+        server = audit._current_server()
+        assert server is not None, "the warm server did not start"
+        files = sorted(set().union(*(fs for c, fs in audit._clause_files().items()
+                                     if audit.default_spec().clause(c).family == family)))
+        (tmp_path / "pytest.ini").write_text(audit._INI, encoding="utf-8")
+        (tmp_path / "skip.txt").write_text("", encoding="utf-8")
+        args = audit._child_args(tmp_path, files, impl="reference_impl:make", profile="ci", device="cpu",
+                                 clauses=None, families=[family], expectations=None, jobs=None, timeout=None,
+                                 seed=None, events=tmp_path / "events.jsonl", skip=tmp_path / "skip.txt",
+                                 extra=["--collect-only"])
+        out = tmp_path / "new_modules.json"
+        with open(tmp_path / "log", "w") as log:
+            child = server.popen([sys.executable, "-c", _NEW_MODULES, str(out), *args[3:]], cwd=tmp_path,
+                                 env=audit.child_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            assert child.wait(120) == 0, (tmp_path / "log").read_text()[-3000:]
+    new = json.loads(out.read_text())
+    assert any(m.rsplit(".", 1)[-1].startswith("test_") for m in new), "the probe collected no test module"
+    own = [m for m in new if not (m.rsplit(".", 1)[-1].startswith("test_") or m.endswith("conftest")
+                                  or m.split(".")[0] in sys.stdlib_module_names or m.startswith("_pytest."))]
+    assert len(own) <= 5, f"collecting {family} in a warm child imported {len(own)} modules itself: {own[:20]}"
