@@ -100,6 +100,8 @@ class RlconformRun:
         self._restore: list = []
         config.add_cleanup(gc.unfreeze)  # after pytest's own final collections (see pytest_sessionfinish)
         self._setup_torch()
+        self.ctrl_c = False  # set by a Ctrl-C (see _latch_ctrl_c)
+        self._latch_ctrl_c()
         self.seed = self._setup_hypothesis()
         prev = harness.configure(self.impl, self.device)
         self._restore.append(lambda: harness.configure(*prev))
@@ -130,6 +132,26 @@ class RlconformRun:
             threads = torch.get_num_threads()
             torch.set_num_threads(1)  # the suite's tensors are tiny: intra-op threads only add synchronisation
             self._restore.append(lambda: torch.set_num_threads(threads))
+
+    def _latch_ctrl_c(self) -> None:
+        """Remember every Ctrl-C, so that no test starts after one. Python raises KeyboardInterrupt wherever
+        the main thread happens to be, and it can be lost there: code under test with a bare ``except:``,
+        or a finalizer (``__del__``, a weakref callback) that was running at that moment, whose exception
+        Python discards. The run then went on to the end (seen in audits' budget stops and a CI run)."""
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        if not callable(previous):  # ignored (SIG_IGN) or not Python's: leave it to whoever set it
+            return
+
+        def latch(signum, frame):
+            self.ctrl_c = True
+            previous(signum, frame)
+        signal.signal(signal.SIGINT, latch)
+        self._restore.append(lambda: signal.signal(signal.SIGINT, previous))
 
     def _setup_hypothesis(self) -> int | str:
         import hypothesis.core
@@ -236,6 +258,11 @@ class RlconformRun:
                 "meta": any(True for _ in item.iter_markers("meta")), "outcome": None}
 
     # ------------------------------------------------------------------ running
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        if self.ctrl_c:  # a Ctrl-C the code under test swallowed: stop before this test
+            raise KeyboardInterrupt
+
     def pytest_runtest_setup(self, item):
         clauses = item_clauses(item)
         if self.profile == "mutant" and clauses and self.failed_clauses.issuperset(self._asked(clauses)):

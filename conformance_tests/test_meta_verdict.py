@@ -74,6 +74,23 @@ def deaf_hang_impl():
     return override(reference_impl.make(), "sac", soft_value=soft_value)
 
 
+def ctrl_c_swallowing_impl():
+    """Ctrl-C arrives inside an operation that swallows it (a bare ``except:``; a finalizer that was running
+    then loses it the same way)."""
+    ref = reference_impl.make()
+    real = ref.isreshape.reshape_weight
+
+    def reshape_weight(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the KeyboardInterrupt is raised here, at once
+        except KeyboardInterrupt:
+            pass
+        return real(*args, **kwargs)
+
+    return override(ref, "isreshape", reshape_weight=reshape_weight)
+
+
 def misdeclared_impl(**capabilities):
     impl = reference_impl.make()
     impl.capabilities = capabilities
@@ -298,6 +315,13 @@ def test_ctrl_c_reports_what_ran_and_exits_4(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["run_info"]["interrupted"] and report["summary"]["tests_not_run"] > 0
     assert report["summary"]["error"] == 0 and "interrupted" in report["summary"]["verdict"]
+
+
+def test_a_ctrl_c_the_code_under_test_swallows_still_stops_the_run_after_that_test():
+    payload = run_suite(f"{HERE}:ctrl_c_swallowing_impl", clauses=["ISR-W-1", "ISR-W-2"])
+    outcomes = [t["outcome"] for t in payload["tests"].values()]
+    assert payload["interrupted"], outcomes
+    assert outcomes.count("not_run") == len(outcomes) - 1, outcomes  # the test it arrived in ended; no other began
 
 
 def test_no_executed_test_is_no_verdict():

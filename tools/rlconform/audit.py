@@ -440,9 +440,10 @@ def _watch(proc, state: _Run, events: Path, on_event, hang_after: float, started
 
 
 def _stop(proc) -> None:
-    """Ask the child to stop as Ctrl-C would (so it reports what ran), again if it goes on (in 2 of 38
-    budget stops here the run went on into the next stalled call: that Ctrl-C was lost, cause unknown),
-    then kill it; what it ran is in the event stream either way."""
+    """Ask the child to stop as Ctrl-C would (so it reports what ran), again if it goes on, then kill it;
+    what it ran is in the event stream either way. A KeyboardInterrupt can be lost where it is raised (a
+    bare ``except:`` in the code under test, a finalizer running at that moment); the child's runtime
+    latches every Ctrl-C and starts no test after one, and the repeat covers a child that is not ours."""
     for _ in range(3):
         if proc.poll() is not None:
             return
