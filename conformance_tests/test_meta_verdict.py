@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -306,8 +307,8 @@ def test_ctrl_c_reports_what_ran_and_exits_4(tmp_path):
                              str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
-    for line in proc.stderr:  # wait until the suite is really running
-        if "[" in line and "/" in line:
+    for line in proc.stderr:  # wait until the suite is really running: a progress line "  [n/N] file: ..."
+        if re.match(r"\s*\[\d+/\d+\] ", line):
             break
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
     out, err = proc.communicate(timeout=120)
