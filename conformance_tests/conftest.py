@@ -100,31 +100,18 @@ def run_python(tmp_path_factory):
     """``run_python(code) -> CompletedProcess``: the code as a script of its own (own module, own imports),
     forked from a warm server that imported torch and the audited libraries once per worker, started on
     first use; a plain ``python`` when the server cannot start. The finding pages' repros use it."""
-    from rlconform.forkserver import ForkServer, ForkServerError
+    from conformance_tests.warm_run import run, warm_server
 
     scripts, server, numbers = tmp_path_factory.mktemp("scripts"), {}, itertools.count()
 
-    def run(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def run_code(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
         script = scripts / f"script_{next(numbers)}.py"
         script.write_text(code, encoding="utf-8")
-        args = [sys.executable, "-m", script.stem]
         if "it" not in server:
-            try:
-                server["it"] = ForkServer(["torch", "numpy", "sb3_contrib", "torchrl", "trl", "verl"])
-            except ForkServerError:
-                server["it"] = None
-        with open(script.with_suffix(".out"), "w+") as out, open(script.with_suffix(".err"), "w+") as err:
-            launch = server["it"].popen if server["it"] is not None else subprocess.Popen
-            proc = launch(args, cwd=scripts, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-            try:
-                returncode = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise
-            out.seek(0), err.seek(0)
-            return subprocess.CompletedProcess(args, returncode, out.read(), err.read())
+            server["it"] = warm_server(["torch", "numpy", "sb3_contrib", "torchrl", "trl", "verl"])
+        return run(server["it"], [sys.executable, "-m", script.stem], cwd=scripts, timeout=timeout)
 
-    yield run
+    yield run_code
     if server.get("it") is not None:
         server["it"].close()
 

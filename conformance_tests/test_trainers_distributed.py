@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,34 +50,24 @@ def torchrun():
     launch then costs its work, not three interpreters importing torch (about 6 CPU-s). The launcher,
     rendezvous, environment and gloo groups are torchrun's own either way; without the server each
     process starts afresh."""
-    from rlconform.forkserver import ForkServer, ForkServerError
+    from conformance_tests.warm_run import run, warm_server
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    try:
-        server = ForkServer(["torch", "torch._dynamo", "torch.distributed.run", "numpy", "reference_impl.ppo.trainer",
-                             "reference_impl.ppo.update", "conformance_tests.harness"], env=env, cwd=REPO)
-    except ForkServerError:
-        server = None
+    server = warm_server(["torch", "torch._dynamo", "torch.distributed.run", "numpy", "reference_impl.ppo.trainer",
+                          "reference_impl.ppo.update", "conformance_tests.harness"], env=env, cwd=REPO)
 
-    def run(module: str, *args: str, timeout: float = 240) -> None:
+    def launch(module: str, *args: str, timeout: float = 240) -> None:
         worker = [sys.executable, "-m", module, *args]
         if server is not None:
             worker = ["--no-python", sys.executable, "-m", "rlconform.forkserver", "run", server.sock, "--", *worker]
         else:
             worker = worker[1:]  # torchrun's own -m
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD), *worker]
-        with tempfile.TemporaryFile("w+") as out:
-            launch = server.popen if server is not None else subprocess.Popen
-            proc = launch(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise
-            out.seek(0)
-            assert code == 0, f"{' '.join(cmd)} exited {code}:\n{out.read()[-6000:]}"
+        proc = run(server, cmd, cwd=REPO, env=env, timeout=timeout)
+        assert proc.returncode == 0, \
+            f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
-    yield run
+    yield launch
     if server is not None:
         server.close()
 

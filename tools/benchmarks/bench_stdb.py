@@ -35,7 +35,7 @@ import pytest
 
 from reference_impl.ccapo.stdb import MemorySTDB, postgres_store, sqlite_store, trajectory_edges
 from conformance_tests.stdb_backends import V1_SQLITE_SCHEMA, V1_UPSERT_EDGE
-from reference_impl.ccapo.stdb.sql import _UPSERT_EDGE, ID_BITS, SQLITE_SCHEMA_SQL
+from reference_impl.ccapo.stdb.sql import _UPSERT_EDGE, SQLITE_SCHEMA_SQL, _edge_id
 from reference_impl.ccapo.stdb.update import gc_paused
 
 PROMPTS, ROLLOUTS, STEPS, BATCHES = 8, 8, 20, 20
@@ -178,7 +178,7 @@ def _packed(rows):
         for r in rb:
             for t in r[:3]:
                 ids.setdefault(t, len(ids))
-    return [[((ids[r[0]] << 2 * ID_BITS) | (ids[r[1]] << ID_BITS) | ids[r[2]], *r[3:]) for r in rb] for rb in rows]
+    return [[(_edge_id(ids, r[:3]), *r[3:]) for r in rb] for rb in rows]
 
 
 def test_raw_executemany(benchmark, record_median, workload, tmp_path):
