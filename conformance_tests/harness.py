@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 
+from conformance_tests import simdevice
 from conformance_tests.errors import NotApplicable
 from rlconform.spec import default_spec, same_value
 
@@ -233,7 +234,62 @@ def session_impl() -> str:
 
 
 def session_device() -> str:
-    return _STATE["device"]
+    """The torch device the session's tensors live on (``cuda:0`` for ``--device sim``)."""
+    dev = _STATE["device"]
+    return str(simdevice.DEVICE) if dev == simdevice.NAME else dev
+
+
+def simulated() -> bool:
+    """Whether the session runs on the simulated device (``--device sim``)."""
+    return _STATE["device"] == simdevice.NAME
+
+
+# ----------------------------------------------------------------------------- the audited device
+# Every input is built on the audited device through these helpers, and every result comes back through
+# :func:`host`: a test never makes a generator, a network or an optimiser of its own on the CPU, and never
+# calls ``.numpy()``, ``.item()`` or ``.tolist()`` on a result (``--device sim`` refuses each).
+def generator(seed: int) -> torch.Generator:
+    """A generator on the audited device, seeded with ``seed`` (streams differ between devices)."""
+    if simulated():
+        return simdevice.generator(seed)
+    return torch.Generator(device=session_device()).manual_seed(seed)
+
+
+def on_device(x: Any) -> Any:
+    """``x`` on the audited device: a module (moved in place and returned, so build its optimiser after),
+    a tensor, or a list/tuple/dict of them (autograd still reaches host leaves)."""
+    dev = session_device()
+    if isinstance(x, torch.nn.Module):
+        return x.to(dev)
+    if isinstance(x, torch.Tensor):
+        return x if x.device == torch.device(dev) else x.to(dev)
+    if isinstance(x, (list, tuple)):
+        return type(x)(on_device(v) for v in x)
+    if isinstance(x, dict):
+        return {k: on_device(v) for k, v in x.items()}
+    return x
+
+
+def device_leaf(t: torch.Tensor) -> torch.Tensor:
+    """A leaf copy of ``t`` on the audited device that requires grad (a temperature, a parameter-like input)."""
+    return on_device(t.detach()).detach().requires_grad_(True)
+
+
+def host(x: Any) -> Any:
+    """A result on the host: every tensor detached and on the CPU (lists, tuples, dicts walked), for numpy,
+    ``float`` or a message. The only way the suite reads a device result."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(host(v) for v in x)
+    if isinstance(x, dict):
+        return {k: host(v) for k, v in x.items()}
+    return x
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A result (or a plain value) as a numpy array on the host; half precision widened to float32."""
+    return _to_numpy(x)
 
 
 def recorded_calls() -> list[tuple[str, tuple, dict]]:
@@ -353,7 +409,8 @@ def _run_within_deadline(fn: Callable, name: str, args: tuple, kwargs: dict) -> 
         raise OpTimeout(_STATE["timed_out"])
     deadline = _STATE["deadline"]
     if deadline is None or threading.current_thread() is not threading.main_thread():
-        return fn(*args, **kwargs)
+        with simdevice.implementation_call():
+            return fn(*args, **kwargs)
     remaining = deadline - time.monotonic()
     msg = f"{name} did not return within the test's time budget [{_clause_tag()}: {name}]"
 
@@ -372,7 +429,8 @@ def _run_within_deadline(fn: Callable, name: str, args: tuple, kwargs: dict) -> 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, remaining)
     try:
-        return fn(*args, **kwargs)
+        with simdevice.implementation_call():
+            return fn(*args, **kwargs)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -473,18 +531,15 @@ def repro_snippet(calls: Iterable[tuple[str, tuple, dict]] | None = None, limit:
 
 # ----------------------------------------------------------------------------- the proxy
 def _to_device(x: Any) -> Any:
-    """Move tensor arguments to the session's --device (autograd still reaches the CPU leaves)."""
-    dev = _STATE["device"]
-    if dev == "cpu":
+    """Tensor arguments on the session's --device (autograd still reaches the CPU leaves). Modules are the
+    test's to build on the device (:func:`on_device`): moving them here would hide a network built on the host."""
+    if _STATE["device"] == "cpu" or isinstance(x, torch.nn.Module):
         return x
-    if isinstance(x, torch.Tensor):
-        return x.to(dev)
     if isinstance(x, (list, tuple)):
         return type(x)(_to_device(v) for v in x)
     if isinstance(x, dict):
         return {k: _to_device(v) for k, v in x.items()}
-    return x
-
+    return on_device(x)
 
 
 class FamilyProxy:

@@ -22,7 +22,8 @@ PROFILES = ("ci", "release", "mutant")
 OPTIONS = (
     ("impl", True, dict(default=None, help="implementation factory 'module:factory' (default: the bundled "
                                            "reference; env RLCONFORM_IMPL)")),
-    ("device", True, dict(default=None, help="torch device for test tensors (default: cpu; env RLCONFORM_DEVICE)")),
+    ("device", True, dict(default=None, help="torch device the inputs are built on: cpu, cuda, cuda:N, or sim (a "
+                                                "CUDA device simulated on the CPU) (default: cpu; env RLCONFORM_DEVICE)")),
     ("profile", True, dict(default=None, choices=PROFILES,
                            help="hypothesis profile: ci (derandomised, fast), release (more examples), "
                                 "mutant (ci without shrinking); env RLCONFORM_PROFILE")),

@@ -22,7 +22,12 @@ from typing import Any
 
 import pytest
 
-from conformance_tests import harness, preflight
+from conformance_tests import harness, preflight, simdevice
+
+try:
+    from builtins import BaseExceptionGroup as _ExceptionGroup
+except ImportError:  # Python 3.10: Hypothesis' backport
+    from exceptiongroup import BaseExceptionGroup as _ExceptionGroup
 from conformance_tests.plugin import option
 from rlconform.audit import KIND_RANK
 from rlconform.expectations import load_expectations
@@ -75,6 +80,18 @@ def test_kind(item) -> str:
     return "golden" if "golden" in item.name else "example"
 
 
+def failure_message(exc: BaseException) -> str:
+    """A failure in words: the suite's own message (``got X, but should be Y [CLAUSE: call]``, an input
+    changed in place, a time-out) whole; any other exception as ``Type: message``. Of a group of failures
+    (Hypothesis found several), the first."""
+    while isinstance(exc, _ExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, (harness.InputMutated, harness.ImplementationError, harness.OpTimeout, pytest.fail.Exception)):
+        return harness.plain_text(str(exc))
+    text = str(exc).strip()
+    return harness.plain_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
 def _plain_repr_failure(excinfo, style=None) -> str:
     return "".join(traceback.format_exception(excinfo.type, excinfo.value, excinfo.tb))
 
@@ -105,6 +122,7 @@ class RlconformRun:
         self.seed = self._setup_hypothesis()
         prev = harness.configure(self.impl, self.device)
         self._restore.append(lambda: harness.configure(*prev))
+        self._simulate_device()
         self.spec = self._spec()
         try:
             self.expectations = load_expectations(option(config, "expectations"), self.spec.clauses)
@@ -132,6 +150,14 @@ class RlconformRun:
             threads = torch.get_num_threads()
             torch.set_num_threads(1)  # the suite's tensors are tiny: intra-op threads only add synchronisation
             self._restore.append(lambda: torch.set_num_threads(threads))
+
+    def _simulate_device(self) -> None:
+        """``--device sim``: a CUDA device simulated on the CPU for the whole session (see simdevice)."""
+        if self.device != simdevice.NAME:
+            return
+        sim = simdevice.simulate()
+        sim.__enter__()
+        self._restore.append(lambda: sim.__exit__(None, None, None))
 
     def _latch_ctrl_c(self) -> None:
         """Remember every Ctrl-C, so that no test starts after one. Python raises KeyboardInterrupt wherever
@@ -320,11 +346,9 @@ class RlconformRun:
                 extra["status"] = found[0] if found else "timeout"
             elif call.excinfo.errisinstance(harness.ImplementationError) or call.when != "call":
                 extra["status"] = "error"
-            exc = call.excinfo.value
-            if isinstance(exc, (harness.InputMutated, harness.ImplementationError, harness.OpTimeout,
-                                pytest.fail.Exception)) and "message" not in extra:
-                # the suite's own failures carry their whole message: never a traceback excerpt
-                extra["message"] = harness.plain_text(str(exc))
+            # the message is the failure itself, taken from the exception where it was raised: never a
+            # scrape of the report's text (under xdist that begins with the worker's header)
+            extra["message"] = failure_message(call.excinfo.value)
             examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure
             if examples:
                 extra["falsifying_example"] = "\n".join(examples)

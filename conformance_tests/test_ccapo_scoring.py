@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.special import expit
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, to_numpy
 
 EPS = 1e-8
 F64 = torch.float64
@@ -81,7 +81,7 @@ def test_criticality_golden(ccapo):
     # global rate 40/100 = 0.4; edge 8/10 = 0.8 -> lift 2; edge 2/10 -> 0.5; average edge -> 1
     got = ccapo.criticality(torch.tensor([8, 2, 4]), torch.tensor([10, 10, 10]), 40.0, 100.0)
     assert_close(got, [(k / (10 + EPS)) / (40 / (100 + EPS) + EPS) for k in (8, 2, 4)], "CCAPO-C-1")
-    assert_that(np.allclose(got.numpy(), [2.0, 0.5, 1.0], rtol=1e-7), "CCAPO-C-1", got, "[2, 0.5, 1] up to eps")
+    assert_that(np.allclose(to_numpy(got), [2.0, 0.5, 1.0], rtol=1e-7), "CCAPO-C-1", got, "[2, 0.5, 1] up to eps")
     none = ccapo.criticality(torch.tensor([0]), torch.tensor([5]), 0.0, 5.0)
     assert_equal(none, torch.tensor([0.0], dtype=F64), "CCAPO-C-1", "no success anywhere: C = 0, not NaN")
 

@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from conformance_tests.harness import assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that
+from conformance_tests.harness import (assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that,
+                                      generator, host, on_device)
 
 F64 = torch.float64
 CLAUSE = "CCAPO-UPDATE-1"
@@ -35,7 +36,7 @@ class SharedPolicy(torch.nn.Module):
         self.seen: list[tuple[torch.Tensor, bool]] = []
 
     def forward(self, obs, legal):
-        self.seen.append((obs.detach().clone(), torch.is_grad_enabled()))
+        self.seen.append((host(obs), torch.is_grad_enabled()))
         z = obs @ self.W
         return torch.log_softmax((torch.tanh(z) @ self.V + z).masked_fill(~legal, -math.inf), -1)
 
@@ -126,6 +127,7 @@ def _run(ccapo, seed: int, *, minibatch_size: int, epochs: int = 3, clip_eps=0.2
     policy, ref = SharedPolicy(g), SharedPolicy(g)  # ref ≠ policy ≠ behaviour: the KL's source shows
     W0, V0 = policy.W.detach().clone(), policy.V.detach().clone()
     ref_params = [p.detach().clone() for p in ref.parameters()]
+    policy, ref = on_device(policy), on_device(ref)
     rows_per_step, marks = [], [0]
 
     def record_rows():  # the trajectories forwarded with autograd on since the previous step
@@ -135,7 +137,7 @@ def _run(ccapo, seed: int, *, minibatch_size: int, epochs: int = 3, clip_eps=0.2
     opt = RecordingSGD(policy.parameters(), lr=LR, on_step=record_rows)
     records = ccapo.ccapo_update(policy, ref, opt, batch, clip_eps=clip_eps, beta_kl=beta_kl, epochs=epochs,
                                  minibatch_size=minibatch_size, max_grad_norm=max_norm,
-                                 generator=torch.Generator().manual_seed(seed + 7))
+                                 generator=generator(seed + 7))
     want = _o_run(W0, V0, ref_params, batch, [torch.tensor(r) for r in rows_per_step], clip_eps=clip_eps,
                   beta_kl=beta_kl, max_norm=max_norm)
     return {"batch": batch, "ref": ref, "ref_params": ref_params, "opt": opt, "rows": rows_per_step,
@@ -195,7 +197,7 @@ def test_reference_policy_is_frozen_and_is_the_kl_source(ccapo):
     to_old = _o_run(*r["start"], r["ref_params"], batch, first, logp_ref=batch["logp_old"], **kw)[0]["grads"]
     got = r["opt"].grads[0]
     assert_close(got[0], r["want"][0]["grads"][0], CLAUSE, what="first gradient of W (KL to π_ref)")
-    assert_that(not torch.allclose(got[0], to_old[0], rtol=1e-6, atol=1e-9), CLAUSE, got[0],
+    assert_that(not torch.allclose(host(got[0]), to_old[0], rtol=1e-6, atol=1e-9), CLAUSE, got[0],
                 "a gradient unlike the one with the KL to the sampling policy")
 
 
@@ -212,7 +214,7 @@ def test_one_step_golden(ccapo):
         def forward(self, obs, legal):
             return torch.log_softmax(self.z.masked_fill(~legal, -math.inf), -1)
 
-    policy, ref = Table(), Table().requires_grad_(False)
+    policy, ref = on_device(Table()), on_device(Table().requires_grad_(False))
     batch = {"obs": torch.zeros(1, 1, 1, dtype=F64), "legal": torch.ones(1, 1, 2, dtype=torch.bool),
              "action": torch.tensor([[0]]), "logp_old": torch.tensor([[math.log(0.5)]], dtype=F64),
              "advantage": torch.tensor([[2.0]], dtype=F64), "mask": torch.tensor([[True]])}
@@ -226,6 +228,6 @@ def test_rejects_a_batch_without_the_cached_log_probs(ccapo):
     g = torch.Generator().manual_seed(0)
     batch = _batch(g)
     del batch["logp_old"]
-    policy = SharedPolicy(g)
+    policy = on_device(SharedPolicy(g))
     assert_rejects(CLAUSE, ccapo.raw("ccapo_update"), policy, copy.deepcopy(policy),
                    torch.optim.SGD(policy.parameters(), lr=0.1), batch, epochs=1, minibatch_size=4)

@@ -20,7 +20,7 @@ from scipy.special import expit
 
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_dtype, assert_low_precision, assert_rejects,
-                                      assert_that, fail, log_ratio_clamp, working_dtype)
+                                      assert_that, fail, log_ratio_clamp, to_numpy, working_dtype)
 
 
 # ----------------------------------------------------------------------------- numpy oracles
@@ -122,11 +122,11 @@ def test_gamma_even_monotone_and_above_midpoint(isreshape, case):
     adv, beta, lo, hi = case
     g = isreshape.reward_gamma(t64(adv), beta=beta, gamma_min=lo, gamma_max=hi)
     g_neg = isreshape.reward_gamma(t64(-adv), beta=beta, gamma_min=lo, gamma_max=hi)
-    assert_close(g, g_neg.numpy(), "ISR-GAMMA-2", what="gamma(A) vs gamma(-A)")
+    assert_close(g, to_numpy(g_neg), "ISR-GAMMA-2", what="gamma(A) vs gamma(-A)")
     mid = (lo + hi) / 2
     assert_that((g >= mid - 1e-12) & (g <= hi + 1e-12), "ISR-GAMMA-2", g, f"within [{mid}, {hi}]")
     order = np.argsort(np.abs(adv), kind="stable")
-    gs = g.numpy()[order]
+    gs = to_numpy(g)[order]
     assert_that(bool(np.all(np.diff(gs) >= -1e-12)), "ISR-GAMMA-2", gs, "non-decreasing in |A|")
 
 
@@ -220,7 +220,7 @@ def test_weight_limits_in_gamma(isreshape, r, tau, gamma):
     w1 = isreshape.reshape_weight(r, 1.0, tau=tau)
     assert_close(w1, np_sapo(r.numpy(), tau), "ISR-W-2", what="gamma = 1 gives the SAPO weight")
     wg = isreshape.reshape_weight(r, gamma, tau=tau)
-    assert_close(wg, (1 - gamma) * w0.numpy() + gamma * w1.numpy(), "ISR-W-2", what="affine in gamma")
+    assert_close(wg, (1 - gamma) * to_numpy(w0) + gamma * to_numpy(w1), "ISR-W-2", what="affine in gamma")
     assert_close(isreshape.reshape_weight(t64([1.0]), gamma, tau=tau), [1.0], "ISR-W-2", what="w(1) = 1")
 
 
@@ -254,8 +254,8 @@ def test_weight_soft_trust_region_limits_and_shape(isreshape, tau, gamma):
     ends = isreshape.reshape_weight(t64([1e-12, 1e6]), gamma, tau=tau)
     assert_close(ends, [1 - gamma, 1 - gamma], "ISR-W-3", what="w -> 1 - gamma as r -> 0 and r -> inf")
     r_star = np_peak(tau)
-    up = isreshape.reshape_weight(t64(np.linspace(1e-3, r_star, 200)), gamma, tau=tau).numpy()
-    down = isreshape.reshape_weight(t64(np.linspace(r_star, r_star + 40.0 / tau, 200)), gamma, tau=tau).numpy()
+    up = to_numpy(isreshape.reshape_weight(t64(np.linspace(1e-3, r_star, 200)), gamma, tau=tau))
+    down = to_numpy(isreshape.reshape_weight(t64(np.linspace(r_star, r_star + 40.0 / tau, 200)), gamma, tau=tau))
     assert_that(bool(np.all(np.diff(up) >= -1e-12)), "ISR-W-3", up, f"rising on (0, r* = {r_star:.4f})")
     assert_that(bool(np.all(np.diff(down) <= 1e-12)), "ISR-W-3", down, "falling after r*")
 
@@ -279,7 +279,7 @@ def test_r_times_f_prime_is_weight_by_autograd(isreshape, r, tau, gamma):
     x = r.clone().requires_grad_(True)
     (g,) = torch.autograd.grad(isreshape.reshape_f(x, gamma, tau=tau).sum(), x)
     assert_close(r * g, np_weight(r.numpy(), gamma, tau), "ISR-F-2", what="r f'(r) (autograd) vs closed-form w")
-    assert_close(r * g, isreshape.reshape_weight(r, gamma, tau=tau).numpy(), "ISR-F-2",
+    assert_close(r * g, to_numpy(isreshape.reshape_weight(r, gamma, tau=tau)), "ISR-F-2",
                  what="r f'(r) (autograd) vs the implementation's w")
 
 
@@ -288,7 +288,7 @@ def test_r_times_f_prime_is_weight_by_autograd(isreshape, r, tau, gamma):
 def test_r_times_f_prime_is_weight_by_finite_differences(isreshape, r, tau, gamma):
     # d f(e^u) / du = r f'(r): differentiating in u = log r keeps every probe point at r > 0
     def f_of_log(u):
-        return isreshape.reshape_f(torch.from_numpy(np.exp(np.asarray(u, dtype=np.float64))), gamma, tau=tau).numpy()
+        return to_numpy(isreshape.reshape_f(torch.from_numpy(np.exp(np.asarray(u, dtype=np.float64))), gamma, tau=tau))
 
     # an absolute tolerance: where w is ~1e-7 (far tails) a purely relative criterion never converges
     res = derivative(f_of_log, np.log(r.numpy()), tolerances={"atol": 1e-10, "rtol": 1e-9})
@@ -296,7 +296,7 @@ def test_r_times_f_prime_is_weight_by_finite_differences(isreshape, r, tau, gamm
         fail("ISR-F-2", res.df, "a converged scipy finite difference", "scipy.differentiate did not converge")
     assert_close(res.df, np_weight(r.numpy(), gamma, tau), "ISR-F-2",
                  what="scipy finite-difference r f'(r) vs the closed-form w")
-    assert_close(res.df, isreshape.reshape_weight(r, gamma, tau=tau).numpy(), "ISR-F-2",
+    assert_close(res.df, to_numpy(isreshape.reshape_weight(r, gamma, tau=tau)), "ISR-F-2",
                  what="scipy finite-difference r f'(r) vs the implementation's w")
 
 
@@ -314,7 +314,7 @@ def test_f_limits_and_sapo_relation(isreshape, r, tau):
     assert_close(isreshape.reshape_f(r, 0.0, tau=tau), np.log(r.numpy()), "ISR-F-3", what="f_0 = log r")
     f1 = isreshape.reshape_f(r, 1.0, tau=tau)
     assert_close(f1, 4.0 / tau * expit(tau * (r.numpy() - 1.0)) - 2.0 / tau, "ISR-F-3", what="f_1 = f_SAPO - 2/tau")
-    assert_close(f1, (isreshape.sapo_gate(r, tau=tau) - 2.0 / tau).numpy(), "ISR-F-3",
+    assert_close(f1, to_numpy(isreshape.sapo_gate(r, tau=tau) - 2.0 / tau), "ISR-F-3",
                  what="f_1 vs the implementation's f_SAPO - 2/tau")
 
 

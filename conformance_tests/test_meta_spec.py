@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rlconform.coverage import coverage
-from rlconform.spec import SEEDS, SpecError, default_spec, load_spec, spec_dir
+from rlconform.spec import SEEDS, SpecError, default_spec, exact_reason, load_spec, spec_dir
 
 pytestmark = pytest.mark.meta
 
@@ -36,6 +36,14 @@ def test_valid_file_loads(tmp_path):
     assert spec.clause("SAC-X-1").tolerance.for_dtype("float64") == (1e-9, 1e-12)
 
 
+def test_an_exact_clause_says_why_and_the_site_shows_it(tmp_path):
+    spec = load_spec(_write(tmp_path, [_clause(tolerance="exact", exact_because="Both sides are integer counts."),
+                                       _clause(id="SAC-X-2", kind="input", tolerance="exact")]))
+    assert exact_reason(spec.clause("SAC-X-1")) == "Both sides are integer counts."
+    assert "rejected" in exact_reason(spec.clause("SAC-X-2"))  # the kind's reason
+    assert exact_reason(load_spec(_write(tmp_path, [_clause()])).clause("SAC-X-1")) is None
+
+
 @pytest.mark.parametrize("clauses, message", [
     ([_clause(), _clause()], "duplicate clause id"),
     ([_clause(source={"seed": "000_7634b58bbee437f3.txt"})], "clauses[0].source.section: required field is missing"),
@@ -52,6 +60,9 @@ def test_valid_file_loads(tmp_path):
     ([_clause(kind="gate")], "gate clause needs"),
     ([_clause(extra=1)], "clauses[0].extra: unknown field"),
     ([{k: v for k, v in _clause().items() if k != "statement"}], "clauses[0].statement: required field is missing"),
+    ([_clause(tolerance="exact")], "must say why bit-equality holds on every device"),
+    ([_clause(kind="rule", tolerance="exact")], "must say why bit-equality holds on every device"),
+    ([_clause(exact_because="indices")], "'exact_because' explains an exact tolerance"),
 ])
 def test_loader_rejects_malformed_clauses(tmp_path, clauses, message):
     with pytest.raises(SpecError, match=re.escape(message)) as err:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_no_grad_into, convention, masks_supported, require_differentiable,
-                                      grad_of, require_masks, session_device, working_dtype)
+                                      grad_of, on_device, require_masks, working_dtype)
 from conformance_tests.modules import TableModule
 from conformance_tests.oracles import masked_softmax, np_
 
@@ -22,8 +22,8 @@ CLAUSE = "PPO-LOSSES-1"
 
 
 def _table(t: torch.Tensor) -> TableModule:
-    """A suite table network on the session's device (the harness moves tensors, not modules)."""
-    return TableModule(t).to(session_device())
+    """A suite table network, built on the audited device."""
+    return on_device(TableModule(t))
 
 
 # ----------------------------------------------------------------------------- numpy oracle

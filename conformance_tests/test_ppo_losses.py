@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_dtype, assert_equal, assert_no_grad, assert_rejects,
-                                      assert_that, convention, finite_difference, grad_leaves, not_applicable,
-                                      np_approx_kl, np_clip_fraction, np_standardise, working_dtype)
+                                      assert_that, convention, finite_difference, generator, grad_leaves, not_applicable,
+                                      np_approx_kl, np_clip_fraction, np_standardise, on_device, working_dtype)
 
 
 def _op_clip_fraction() -> str:
@@ -90,7 +90,7 @@ def test_clip_fraction_golden(ppo):
     _op_clip_fraction()
     r = torch.tensor([1.0, 1.2, 1.25, 0.7, 0.81], dtype=torch.float64)
     # |r−1| = 0, 0.2 (not strictly above), 0.25, 0.3, 0.19 -> 2 of 5
-    assert_equal(ppo.clip_fraction(r, clip_eps=0.2 + 1e-12), torch.tensor(0.4, dtype=torch.float64), "PPO-CLIPFRAC-1")
+    assert_close(ppo.clip_fraction(r, clip_eps=0.2 + 1e-12), 0.4, "PPO-CLIPFRAC-1")
 
 
 # ----------------------------------------------------------------------------- losses
@@ -176,17 +176,20 @@ def test_losses_do_not_scale_with_batch_size(ppo, ra, k):
 
 
 # ----------------------------------------------------------------------------- gradient clipping
+def _param(grad: torch.Tensor) -> torch.nn.Parameter:
+    """A zero parameter on the audited device holding ``grad`` (a gradient has its parameter's dtype and device)."""
+    p = torch.nn.Parameter(on_device(torch.zeros_like(grad)))
+    p.grad = on_device(grad)
+    return p
+
+
 @pytest.mark.clause("PPO-GRAD-1")
 @given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.data(), st.floats(0.01, 10.0))
 def test_clip_grad_norm_rescales_to_the_bound(ppo, sizes, data, max_norm):
     clip_grad_norm = ppo.clip_grad_norm  # not applicable before anything is drawn when the op is missing
-    params = []
-    for n in sizes:
-        grad = data.draw(st_.tensors((n,), lo=-5.0, hi=5.0))  # in a declared dtype
-        p = torch.nn.Parameter(torch.zeros(n, dtype=grad.dtype))  # a gradient has its parameter's dtype
-        p.grad = grad
-        params.append(p)
-    g = np.concatenate([p.grad.numpy().astype(np.float64) for p in params])
+    grads = [data.draw(st_.tensors((n,), lo=-5.0, hi=5.0)) for n in sizes]  # in a declared dtype
+    params = [_param(grad) for grad in grads]
+    g = np.concatenate([grad.double().numpy() for grad in grads])
     norm = np.linalg.norm(g)
     got_norm = clip_grad_norm(params, max_norm=max_norm)
     assert_close(got_norm, norm, "PPO-GRAD-1", what="returned norm (before clipping)")
@@ -197,12 +200,10 @@ def test_clip_grad_norm_rescales_to_the_bound(ppo, sizes, data, max_norm):
 @pytest.mark.clause("PPO-GRAD-1")
 def test_clip_grad_norm_golden(ppo):
     clip_grad_norm, dt = ppo.clip_grad_norm, working_dtype()
-    p = torch.nn.Parameter(torch.zeros(2, dtype=dt))
-    p.grad = torch.tensor([3.0, 4.0], dtype=dt)  # norm 5
+    p = _param(torch.tensor([3.0, 4.0], dtype=dt))  # norm 5
     clip_grad_norm([p], max_norm=1.0)
     assert_close(p.grad, [0.6 / (1 + 2e-7), 0.8 / (1 + 2e-7)], "PPO-GRAD-1")
-    q = torch.nn.Parameter(torch.zeros(2, dtype=dt))
-    q.grad = torch.tensor([0.3, 0.4], dtype=dt)  # already inside the bound: unchanged
+    q = _param(torch.tensor([0.3, 0.4], dtype=dt))  # already inside the bound: unchanged
     clip_grad_norm([q], max_norm=1.0)
     assert_close(q.grad, [0.3, 0.4], "PPO-GRAD-1")
 
@@ -320,9 +321,7 @@ def test_bad_loss_inputs_are_rejected(ppo, case):
 @pytest.mark.clause("PPO-INPUT-4")
 def test_non_positive_grad_norm_is_rejected(ppo):
     clip_grad_norm = ppo.raw("clip_grad_norm")
-    p = torch.nn.Parameter(torch.zeros(2))
-    p.grad = torch.ones(2)
-    assert_rejects("PPO-INPUT-4", clip_grad_norm, [p], max_norm=0.0)
+    assert_rejects("PPO-INPUT-4", clip_grad_norm, [_param(torch.ones(2))], max_norm=0.0)
 
 
 # ----------------------------------------------------------------------------- PPO-DTYPE-1
@@ -335,10 +334,10 @@ def _ppo_dtype_calls(dtype):
     new = torch.tensor([-1.0, -0.6, -1.5], dtype=dtype)
     r, a = torch.exp(new - old), torch.tensor([1.0, -2.0, 0.5], dtype=dtype)
     one = torch.tensor(0.3, dtype=dtype)
-    gen = torch.Generator().manual_seed(0)
+    gen = generator(0)
     return [
         ("masked_logits", (z, mask), {}, lambda o: o),
-        ("masked_distribution", (z, mask), {}, lambda o: (o.probs, o.log_prob(act), o.entropy())),
+        ("masked_distribution", (z, mask), {}, lambda o: (o.probs, o.log_prob(on_device(act)), o.entropy())),
         ("sample_actions", (z, mask), dict(generator=gen), lambda o: o[1]),
         ("evaluate_actions", (z, mask, act), {}, lambda o: o),
         ("ratio", (new, old), {}, lambda o: o), ("approx_kl", (old, new), {}, lambda o: o),

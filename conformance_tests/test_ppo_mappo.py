@@ -8,14 +8,14 @@ import torch
 from hypothesis import given
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import assert_equal, assert_rejects, assert_that, host
 
 KEY = ("episode_id", "timestep", "agent_id")
 FIELDS = ("obs", "critic_obs", "action", "old_log_prob", "mask", "advantage", "return")
 
 
 def keys_of(batch):
-    return list(zip(*(batch[k].tolist() for k in KEY)))
+    return list(zip(*(host(batch[k]).tolist() for k in KEY)))
 
 
 @pytest.mark.clause("PPO-MAPPO-1")
@@ -57,7 +57,7 @@ def test_duplicate_keys_are_rejected(ppo):
 @given(st_.mappo_batches())
 def test_every_field_stays_with_its_key(ppo, case):
     batch, oracle = case
-    got = ppo.align_batch(batch)
+    got = host(ppo.align_batch(batch))
     wants = [oracle(*key) for key in keys_of(got)]
     for f in FIELDS:  # whole fields at once (rollouts reach 16 agents x 160 steps); the message names the row
         want = torch.as_tensor(np.array([w[f] for w in wants])).to(got[f].dtype)

@@ -14,7 +14,7 @@ from scipy.special import logsumexp
 from conformance_tests import oracles
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_equal, assert_low_precision, assert_rejects, assert_that,
-                                      convention, declares, slack)
+                                      convention, declares, generator, host, on_device, slack, to_numpy)
 
 
 def np_masked_log_softmax(z, mask) -> np.ndarray:
@@ -82,9 +82,8 @@ def test_masked_distribution_golden(ppo):
 def test_sampled_actions_are_legal_and_follow_the_masked_softmax(ppo, zm, seed):
     z, mask = zm
     reps = 2000
-    g = torch.Generator().manual_seed(seed)
-    action, _ = ppo.sample_actions(z.repeat(reps, 1), mask.repeat(reps, 1), generator=g)
-    action = action.view(reps, -1)
+    action, _ = ppo.sample_actions(z.repeat(reps, 1), mask.repeat(reps, 1), generator=generator(seed))
+    action = host(action).view(reps, -1)
     legal = mask.repeat(reps, 1).gather(1, action.reshape(-1, 1)).view(reps, -1)
     assert_that(legal, "PPO-MASK-2", action, "only actions legal under their mask")
     freq = np.stack([np.bincount(action[:, b].numpy(), minlength=z.shape[1]) / reps for b in range(z.shape[0])])
@@ -96,7 +95,7 @@ def test_single_legal_action_is_always_sampled(ppo):
     # the §0 log: a 5-action row with one legal action; the illegal ones hold the largest logits
     z = torch.tensor([[9.0, 9.0, -3.0, 9.0, 9.0]] * 64, dtype=torch.float64)
     mask = torch.tensor([[False, False, True, False, False]] * 64)
-    action, old = ppo.sample_actions(z, mask, generator=torch.Generator().manual_seed(0))
+    action, old = ppo.sample_actions(z, mask, generator=generator(0))
     assert_equal(action, torch.full((64,), 2), "PPO-MASK-2")
     assert_close(old, np.zeros(64), "PPO-MASK-2", what="log-prob of the only legal action")
 
@@ -107,9 +106,9 @@ def test_single_legal_action_is_always_sampled(ppo):
 def test_old_log_prob_is_the_sampling_log_prob_and_detached(ppo, zm, seed):
     z, mask = zm
     z = z.clone().requires_grad_(True)
-    action, old = ppo.sample_actions(z, mask, generator=torch.Generator().manual_seed(seed))
+    action, old = ppo.sample_actions(z, mask, generator=generator(seed))
     assert_that(not old.requires_grad and old.grad_fn is None, "PPO-OLD-1", old, "a tensor without gradient (detached)")
-    expected = np_masked_log_softmax(z.detach(), mask)[np.arange(len(action)), action.numpy()]
+    expected = np_masked_log_softmax(z.detach(), mask)[np.arange(len(action)), to_numpy(action)]
     assert_close(old, expected, "PPO-OLD-1")
 
 
@@ -184,7 +183,7 @@ def test_entropy_is_the_masked_distribution_entropy(ppo, zm, data):
     assert_close(ent, np_masked_entropy(z, mask), "PPO-ENT-1")
     legal_log = np.log(mask.numpy().sum(-1))
     bound = legal_log + slack("PPO-ENT-1", legal_log)  # rounding of the inputs' dtype, as assert_close allows
-    assert_that(torch.as_tensor(ent.detach().numpy() <= bound), "PPO-ENT-1", ent, "at most log|A(s)|")
+    assert_that(torch.as_tensor(to_numpy(ent) <= bound), "PPO-ENT-1", ent, "at most log|A(s)|")
 
 
 @pytest.mark.clause("PPO-ENT-1")
@@ -204,8 +203,8 @@ def test_distribution_object_agrees_with_evaluate_actions(ppo, zm, data):
     action = legal_actions(mask, data)
     dist = ppo.masked_distribution(z, mask)
     new, ent = ppo.evaluate_actions(z, mask, action)
-    assert_close(new, dist.log_prob(action).detach().numpy(), "PPO-MASK-3")
-    assert_close(ent, dist.entropy().detach().numpy(), "PPO-ENT-1")
+    assert_close(new, dist.log_prob(on_device(action)), "PPO-MASK-3")
+    assert_close(ent, dist.entropy(), "PPO-ENT-1")
 
 
 # ----------------------------------------------------------------------------- PPO-MASK-4
@@ -247,8 +246,8 @@ def test_masked_logits_fill_is_finite_in_low_precision(ppo, dtype):
 def test_low_precision_sampling_stays_legal(ppo, dtype):
     z = (torch.arange(40, dtype=torch.float64).view(8, 5) * 300.0).to(dtype)  # illegal logits dominate
     mask = torch.tensor([[True, True, False, False, False]] * 8)
-    action, old = ppo.sample_actions(z, mask, generator=torch.Generator().manual_seed(1))
-    assert_that(mask.gather(1, action.view(-1, 1)), "PPO-MASK-2", action, "legal actions in low precision")
+    action, old = ppo.sample_actions(z, mask, generator=generator(1))
+    assert_that(mask.gather(1, host(action).view(-1, 1)), "PPO-MASK-2", action, "legal actions in low precision")
     assert_that(torch.isfinite(old), "PPO-MASK-4", old, "finite old log-probs")
 
 
@@ -266,7 +265,7 @@ def test_non_finite_logits_are_rejected(ppo, op, bad):
 def _neg_inf_logit_is_a_zero_probability_action(ppo, op, z):
     """neg_inf_logits "accept" (torch Categorical semantics): -inf is an action of probability exactly 0 and
     the other actions keep their softmax; never NaN (PPO-INPUT-1's normative part)."""
-    out = getattr(ppo, op)(z, torch.ones(1, 3, dtype=torch.bool), **({"generator": torch.Generator().manual_seed(0)}
+    out = getattr(ppo, op)(z, torch.ones(1, 3, dtype=torch.bool), **({"generator": generator(0)}
                                                                      if op == "sample_actions" else {}))
     if op == "sample_actions":
         action, logp = out

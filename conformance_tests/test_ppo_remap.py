@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
+from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, generator
 
 
 def np_global_masked_log_prob(z, mask) -> np.ndarray:
@@ -26,7 +26,7 @@ def np_global_masked_log_prob(z, mask) -> np.ndarray:
 def test_local_sample_stores_valid_ids_local_idx_and_global_action(ppo, zm, seed):
     z, mask = zm
     z = z.clone().requires_grad_(True)
-    valid_ids, local_idx, action_id, old = ppo.local_sample(z, mask, generator=torch.Generator().manual_seed(seed))
+    valid_ids, local_idx, action_id, old = ppo.local_sample(z, mask, generator=generator(seed))
     assert_equal(valid_ids, torch.nonzero(mask).flatten(), "PPO-REMAP-1", "valid_ids = the legal ids, ascending")
     k = int(local_idx)
     assert_that(0 <= k < len(valid_ids), "PPO-REMAP-1", local_idx, f"a local index in [0, {len(valid_ids)})")
@@ -63,8 +63,8 @@ def test_local_log_prob_golden(ppo):
 def test_sample_then_replay_round_trip(ppo, zm, seed):
     # differential: the update's rebuilt local distribution reproduces the sampler's log-prob exactly
     z, mask = zm
-    valid_ids, local_idx, _, old = ppo.local_sample(z, mask, generator=torch.Generator().manual_seed(seed))
-    assert_close(ppo.local_log_prob(z, valid_ids, local_idx), old.numpy(), "PPO-REMAP-1")
+    valid_ids, local_idx, _, old = ppo.local_sample(z, mask, generator=generator(seed))
+    assert_close(ppo.local_log_prob(z, valid_ids, local_idx), old, "PPO-REMAP-1")
 
 
 @pytest.mark.clause("PPO-REMAP-2")

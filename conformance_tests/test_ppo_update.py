@@ -12,7 +12,8 @@ from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that,
-                                      convention, np_approx_kl, np_clip_fraction, tolerance)
+                                      convention, generator, host, np_approx_kl, np_clip_fraction, on_device, to_numpy,
+                                      tolerance)
 
 HP = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
 
@@ -26,7 +27,7 @@ class TableActor(torch.nn.Module):
         self.forwards: list[tuple[np.ndarray, np.ndarray]] = []
 
     def forward(self, obs):
-        self.forwards.append((obs.detach().numpy().copy(), self.table.detach().numpy().copy()))
+        self.forwards.append((host(obs).numpy().copy(), host(self.table).numpy().copy()))
         return self.table[obs]
 
 
@@ -45,15 +46,16 @@ def np_log_softmax(z, mask):
 
 
 def setup(ppo, r, *, lr=0.5, attached_old=False):
-    """Actor, critic, SGD optimiser and the stored batch; actions and old log-probs from the sampler."""
-    actor, critic = TableActor(r["logits"]), TableCritic(r["values"])
+    """Actor, critic (on the audited device), SGD optimiser and the stored batch; actions and old log-probs
+    from the sampler, on the host (old_log_prob stays on the device when attached to the actor's graph)."""
+    actor, critic = on_device(TableActor(r["logits"])), on_device(TableCritic(r["values"]))
     n = r["logits"].shape[0]
     obs = torch.arange(n)
     with torch.no_grad():
-        action, old = ppo.sample_actions(actor(obs), r["mask"], generator=torch.Generator().manual_seed(r["seed"]))
+        action, old = host(ppo.sample_actions(actor(obs), r["mask"], generator=generator(r["seed"])))
     if attached_old:  # the same values, still attached to the actor's graph: the update must detach them
-        lp = torch.log_softmax(actor.table.masked_fill(~r["mask"], -1e9), -1)
-        old = lp.gather(1, action.view(-1, 1)).squeeze(1)
+        lp = torch.log_softmax(actor.table.masked_fill(on_device(~r["mask"]), -1e9), -1)
+        old = lp.gather(1, on_device(action.view(-1, 1))).squeeze(1)
     actor.forwards.clear()
     batch = {"obs": obs, "action": action, "old_log_prob": old, "mask": r["mask"],
              "advantage": r["advantage"], "return": r["return"]}
@@ -65,13 +67,13 @@ def oracle_metrics(forward, batch, clip_eps=HP["clip_eps"]):
     """Metrics of one minibatch from the recorded forward (states, table) alone, approx_kl and clip_fraction
     under the declared conventions."""
     states, table = forward
-    mask = batch["mask"].numpy()[states]
+    mask = to_numpy(batch["mask"])[states]
     lp = np_log_softmax(table[states], mask)
-    new = lp[np.arange(len(states)), batch["action"].numpy()[states]]
-    old = batch["old_log_prob"].detach().numpy()[states]
+    new = lp[np.arange(len(states)), to_numpy(batch["action"])[states]]
+    old = to_numpy(batch["old_log_prob"])[states]
     r = np.exp(new - old)
     ent = -np.where(mask, np.exp(lp) * np.where(mask, lp, 0.0), 0.0).sum(-1)
-    adv = batch["advantage"].detach().numpy()[states]
+    adv = to_numpy(batch["advantage"])[states]
     return {"approx_kl": np_approx_kl(old, new, convention("approx_kl")),
             "k3_kl": np.mean(np.expm1(new - old) - (new - old)), "ratio_mean": r.mean(),
             "clip_fraction": np_clip_fraction(r, clip_eps, convention("clip_fraction"), adv), "entropy": ent.mean()}
@@ -86,7 +88,7 @@ def oracle_first_gradient(r, batch, vf_coef=HP["vf_coef"], ent_coef=HP["ent_coef
     p = np.where(mask, np.exp(lp), 0.0)
     logp = np.where(mask, lp, 0.0)
     H = -(p * logp).sum(-1, keepdims=True)
-    onehot = np.eye(z.shape[1])[batch["action"].numpy()]
+    onehot = np.eye(z.shape[1])[to_numpy(batch["action"])]
     adv = r["advantage"].numpy()[:, None]
     g_z = -adv * (onehot - p) / n + ent_coef * p * (logp + H) / n
     g_v = 2 * convention("value_loss_factor") * vf_coef * (r["values"].numpy() - r["return"].numpy()) / n
@@ -112,7 +114,7 @@ def np_clip_steps(g_z: np.ndarray, g_v: np.ndarray, max_norm: float) -> tuple[np
 def test_first_minibatch_has_ratio_exactly_one(ppo, r, mb, epochs):
     actor, critic, opt, batch = setup(ppo, r)
     recs = ppo.ppo_update(actor, critic, opt, batch, epochs=epochs, minibatch_size=mb, max_grad_norm=1.0,
-                          target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+                          target_kl=None, generator=generator(0), **HP)
     first = recs[0]
     assert_that(first["ratio_mean"] == 1.0, "PPO-UPDATE-1", first["ratio_mean"], "ratio_mean exactly 1")
     assert_that(first["approx_kl"] == 0.0, "PPO-UPDATE-1", first["approx_kl"], "approx_kl exactly 0")
@@ -127,7 +129,7 @@ def test_first_minibatch_has_ratio_exactly_one(ppo, r, mb, epochs):
 def test_each_minibatch_reports_the_metrics_of_the_replayed_batch(ppo, r, mb):
     actor, critic, opt, batch = setup(ppo, r, lr=1.0)
     recs = ppo.ppo_update(actor, critic, opt, batch, epochs=3, minibatch_size=mb, max_grad_norm=10.0,
-                          target_kl=None, generator=torch.Generator().manual_seed(1), **HP)
+                          target_kl=None, generator=generator(1), **HP)
     assert_that(len(recs) == len(actor.forwards), "PPO-UPDATE-2", len(recs), f"{len(actor.forwards)} records, one per actor forward")
     for k, (rec, fwd) in enumerate(zip(recs, actor.forwards)):
         want = oracle_metrics(fwd, batch)
@@ -144,7 +146,7 @@ def test_later_minibatches_compare_against_the_cached_old_log_prob(ppo):
          "return": torch.zeros(4, dtype=torch.float64), "seed": 3}
     actor, critic, opt, batch = setup(ppo, r, lr=2.0)
     recs = ppo.ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=4, max_grad_norm=100.0,
-                          target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+                          target_kl=None, generator=generator(0), **HP)
     want = oracle_metrics(actor.forwards[1], batch)
     assert_that(abs(want["approx_kl"]) > 1e-3, "PPO-UPDATE-2", want["approx_kl"], "a policy that moved (test premise)")
     assert_close(torch.tensor(recs[1]["approx_kl"], dtype=torch.float64), want["approx_kl"], "PPO-UPDATE-2")
@@ -157,10 +159,10 @@ def test_later_minibatches_compare_against_the_cached_old_log_prob(ppo):
 def test_first_step_follows_the_gradient_of_the_documented_loss(ppo, r, attached):
     actor, critic, opt, batch = setup(ppo, r, lr=1.0, attached_old=attached)
     ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=1e9,
-                   target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+                   target_kl=None, generator=generator(0), **HP)
     g_z, g_v = np_clip_steps(*oracle_first_gradient(r, batch), 1e9)  # a bound far above: clipping is inactive
-    step_z = r["logits"].numpy() - actor.table.detach().numpy()
-    step_v = r["values"].numpy() - critic.v.detach().numpy()
+    step_z = r["logits"].numpy() - to_numpy(actor.table)
+    step_v = r["values"].numpy() - to_numpy(critic.v)
     rtol, atol = tolerance("PPO-UPDATE-3", r["logits"].dtype)  # the rollout's declared dtype
     ok = np.allclose(step_z, g_z, rtol=rtol, atol=atol) and np.allclose(step_v, g_v, rtol=rtol, atol=atol)
     note = "old_log_prob given attached to the actor's graph" if attached else "old_log_prob given detached"
@@ -174,9 +176,9 @@ def test_first_step_follows_the_gradient_of_the_documented_loss(ppo, r, attached
 def test_update_clips_the_actor_gradient_norm(ppo, r, max_norm):
     actor, critic, opt, batch = setup(ppo, r, lr=1.0)
     ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=max_norm,
-                   target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+                   target_kl=None, generator=generator(0), **HP)
     expected, _ = np_clip_steps(*oracle_first_gradient(r, batch), max_norm)
-    step = r["logits"].numpy() - actor.table.detach().numpy()
+    step = r["logits"].numpy() - to_numpy(actor.table)
     assert_close(torch.from_numpy(step), expected, "PPO-GRAD-1", what="actor step = lr x clipped gradient")
 
 
@@ -189,13 +191,13 @@ def test_duplicating_the_batch_changes_nothing(ppo, r):
         actor, critic, opt, batch = setup(ppo, r)
         big = {k: v.repeat(copies, *([1] * (v.dim() - 1))) for k, v in batch.items()}
         recs = ppo.ppo_update(actor, critic, opt, big, epochs=1, minibatch_size=len(big["action"]), max_grad_norm=1e9,
-                              target_kl=None, generator=torch.Generator().manual_seed(0), **HP)
+                              target_kl=None, generator=generator(0), **HP)
         results.append((recs[0], actor.table.detach().clone(), critic.v.detach().clone()))
     (r1, a1, v1), (r2, a2, v2) = results
     for key in ("loss", "policy_loss", "value_loss", "entropy"):
         assert_close(torch.tensor(r2[key], dtype=torch.float64), r1[key], "PPO-LOSS-4", what=key)
-    assert_close(a2, a1.numpy(), "PPO-LOSS-4", what="actor after the step")
-    assert_close(v2, v1.numpy(), "PPO-LOSS-4", what="critic after the step")
+    assert_close(a2, a1, "PPO-LOSS-4", what="actor after the step")
+    assert_close(v2, v1, "PPO-LOSS-4", what="critic after the step")
 
 
 # ----------------------------------------------------------------------------- PPO-MASK-3 (in the loop)
@@ -204,10 +206,10 @@ def test_duplicating_the_batch_changes_nothing(ppo, r):
 def test_every_replayed_action_is_legal_and_scored_under_its_stored_mask(ppo, r, mb):
     actor, critic, opt, batch = setup(ppo, r)
     recs = ppo.ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=mb, max_grad_norm=1.0,
-                          target_kl=None, generator=torch.Generator().manual_seed(2), **HP)
+                          target_kl=None, generator=generator(2), **HP)
     for rec, (states, table) in zip(recs, actor.forwards):
-        mask = batch["mask"].numpy()[states]
-        a = batch["action"].numpy()[states]
+        mask = to_numpy(batch["mask"])[states]
+        a = to_numpy(batch["action"])[states]
         assert_that(bool(mask[np.arange(len(a)), a].all()), "PPO-MASK-3", a, "replayed actions legal under the stored mask")
         lp = np_log_softmax(table[states], mask)[np.arange(len(a)), a]
         assert_close(torch.tensor(rec["log_prob_min"], dtype=torch.float64), lp.min(), "PPO-MASK-3",
@@ -231,7 +233,7 @@ def test_update_rejects_a_stored_action_illegal_under_its_mask(ppo):
 def test_kl_guard_ends_the_update_before_the_offending_step(ppo, r, mb, target):
     actor, critic, opt, batch = setup(ppo, r, lr=3.0)
     recs = ppo.ppo_update(actor, critic, opt, batch, epochs=4, minibatch_size=mb, max_grad_norm=10.0,
-                          target_kl=target, generator=torch.Generator().manual_seed(4), **HP)
+                          target_kl=target, generator=generator(4), **HP)
     bound = convention("kl_stop_factor") * target  # the seed's 2 x target_kl, or the declared factor
     for k, (rec, fwd) in enumerate(zip(recs, actor.forwards)):
         kl = oracle_metrics(fwd, batch)["approx_kl"]
@@ -277,14 +279,14 @@ def test_storage_order_does_not_change_the_update(ppo, case, data):
     for b in (batch, {k: v[perm] for k, v in batch.items()}):
         aligned = ppo.align_batch(b)
         fields = {k: aligned[k] for k in ("obs", "critic_obs", "action", "old_log_prob", "mask", "advantage", "return")}
-        actor, critic = LinearActor(3, 5), LinearCritic(2)
+        actor, critic = on_device(LinearActor(3, 5)), on_device(LinearCritic(2))
         opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=0.1)
         recs = ppo.ppo_update(actor, critic, opt, fields, epochs=2, minibatch_size=max(1, n // 2), max_grad_norm=1.0,
-                              target_kl=None, generator=torch.Generator().manual_seed(5), **HP)
+                              target_kl=None, generator=generator(5), **HP)
         losses.append(([rec["loss"] for rec in recs], actor.w.detach().clone()))
     (l1, w1), (l2, w2) = losses
     assert_close(torch.tensor(l2, dtype=torch.float64), np.array(l1), "PPO-MAPPO-3", what="per-minibatch losses")
-    assert_close(w2, w1.numpy(), "PPO-MAPPO-3", what="actor after the update")
+    assert_close(w2, w1, "PPO-MAPPO-3", what="actor after the update")
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -325,7 +327,7 @@ class SharedActorCritic:
                 self.trunk, self.pi = outer.trunk, outer.pi
 
             def forward(self, obs):
-                outer.forwards.append((obs.detach().clone(), [p.detach().clone() for p in outer.params()]))
+                outer.forwards.append((host(obs).clone(), [host(p).clone() for p in outer.params()]))
                 return self.pi(torch.tanh(self.trunk(obs)))
 
         class Critic(torch.nn.Module):
@@ -336,7 +338,7 @@ class SharedActorCritic:
             def forward(self, obs):
                 return self.v(torch.tanh(self.trunk(obs))).squeeze(-1)
 
-        self.actor, self.critic = Actor(), Critic()
+        self.actor, self.critic = on_device(Actor()), on_device(Critic())  # the shared layers move in place
 
     def params(self) -> list[torch.nn.Parameter]:
         return [*self.trunk.parameters(), *self.pi.parameters(), *self.v.parameters()]
@@ -386,17 +388,18 @@ def test_every_step_matches_a_plain_loop_with_a_shared_trunk(ppo, case):
     batch, seed, epochs, mb_size = case
     net = SharedActorCritic(batch["obs"].shape[1], batch["mask"].shape[1], seed)
     with torch.no_grad():  # old log-probs of the initial policy, computed here
-        z = net.actor(batch["obs"]).masked_fill(~batch["mask"], float("-inf"))
-        old = (z - torch.logsumexp(z, -1, keepdim=True)).gather(1, batch["action"].view(-1, 1)).squeeze(1)
+        d = on_device(batch)
+        z = net.actor(d["obs"]).masked_fill(~d["mask"], float("-inf"))
+        old = host((z - torch.logsumexp(z, -1, keepdim=True)).gather(1, d["action"].view(-1, 1)).squeeze(1))
     net.forwards.clear()
-    start = [p.detach().clone() for p in net.params()]
+    start = [host(p).clone() for p in net.params()]
     # the stored statistics are requires-grad leaves: the update must leave them without gradient
     stored = {"old_log_prob": old.clone().requires_grad_(True), "advantage": batch["advantage"].clone().requires_grad_(True),
               "return": batch["return"].clone().requires_grad_(True)}
     opt = torch.optim.Adam(net.params(), lr=0.05)
     hp = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
     recs = ppo.ppo_update(net.actor, net.critic, opt, {**batch, **stored}, epochs=epochs, minibatch_size=mb_size,
-                          max_grad_norm=1e9, target_kl=None, generator=torch.Generator().manual_seed(seed), **hp)
+                          max_grad_norm=1e9, target_kl=None, generator=generator(seed), **hp)
     for name, leaf in stored.items():
         assert_no_grad("PPO-GRAD-2", f"the stored {name}", leaf)
 

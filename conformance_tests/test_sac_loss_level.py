@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_no_grad_into, assert_that, convention, differentiable, masks_supported,
                                       not_applicable, require_differentiable, require_masks, terminated_truncated,
-                                      grad_of, session_device, working_dtype)
+                                      grad_of, on_device, working_dtype)
 from conformance_tests.modules import TableModule, TwinTable
 from conformance_tests.oracles import huber, masked_softmax, np_
 
@@ -27,11 +27,11 @@ EPS = 1e-8  # SAC-MASK-2's clip floor
 
 def _table(t: torch.Tensor) -> TableModule:
     """A suite table network on the session's device (the harness moves tensors, not modules)."""
-    return TableModule(t).to(session_device())
+    return on_device(TableModule(t))
 
 
 def _twin(q1: torch.Tensor, q2: torch.Tensor) -> TwinTable:
-    return TwinTable(q1, q2).to(session_device())
+    return on_device(TwinTable(q1, q2))
 
 
 # ----------------------------------------------------------------------------- numpy oracles

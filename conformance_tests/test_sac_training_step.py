@@ -18,7 +18,7 @@ from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_equal, assert_rejects, assert_that, convention, critic_delta,
-                                      np_critic_penalty)
+                                      device_leaf, np_critic_penalty, on_device, to_numpy)
 from conformance_tests.oracles import np_
 
 EPS = 1e-8
@@ -369,8 +369,10 @@ def _params(nets):
 
 def _run_both(sac, *, seed, steps, hp, lrs, d=3, A=6, B=8):
     ours, theirs = _nets(seed, d, A), _nets(seed, d, A)
-    for k in ("policy", "critic", "target"):  # identical starting points
+    for k in ("policy", "critic", "target"):  # identical starting points, the implementation's on the device
         theirs[k].load_state_dict(ours[k].state_dict())
+        on_device(theirs[k])
+    theirs["log_alpha"] = device_leaf(theirs["log_alpha"])
     opts = {"q": _sgd(*theirs["critic"].parameters(), lr=lrs["q"]), "pi": _sgd(*theirs["policy"].parameters(), lr=lrs["pi"]),
             "alpha": _sgd(theirs["log_alpha"], lr=lrs["alpha"])}
     g = torch.Generator().manual_seed(seed + 1)
@@ -412,10 +414,10 @@ def test_update_trajectory_under_drawn_hyper_parameters(sac, seed, grad_clip, us
 
 def _table_step(sac, *, grad_clip=0.5):
     """One update on table networks, B = 1, two legal actions, a terminal step (y = r = 3)."""
-    critic = TableTwinQ([0.0, 0.0], [0.0, 0.0])
-    target = TableTwinQ([1.0, 1.0], [1.0, 1.0]).requires_grad_(False)
-    policy = TablePolicy([0.0, 0.0])
-    la = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+    critic = on_device(TableTwinQ([0.0, 0.0], [0.0, 0.0]))
+    target = on_device(TableTwinQ([1.0, 1.0], [1.0, 1.0]).requires_grad_(False))
+    policy = on_device(TablePolicy([0.0, 0.0]))
+    la = device_leaf(torch.tensor(0.0, dtype=torch.float64))
     opts = {"q": _sgd(*critic.parameters(), lr=1.0), "pi": _sgd(*policy.parameters(), lr=1.0), "alpha": _sgd(la, lr=1.0)}
     one = torch.ones(1, 2, dtype=torch.bool)
     b = {"obs": torch.zeros(1, 1, dtype=torch.float64), "next_obs": torch.zeros(1, 1, dtype=torch.float64),
@@ -452,21 +454,21 @@ def test_gradient_clipping_golden(sac):
 @given(st.integers(0, 10_000), st.integers(1, 5), st.integers(2, 7))
 @settings(max_examples=10, deadline=None)
 def test_target_starts_equal_to_the_online_critics(sac, seed, d, A):
-    critic = SharedTrunkTwinQ(d, A, torch.Generator().manual_seed(seed))
+    critic = on_device(SharedTrunkTwinQ(d, A, torch.Generator().manual_seed(seed)))
     target = sac.init_target(critic)
     online = dict(critic.named_parameters())
     for name, p in target.named_parameters():
         assert_equal(p.detach(), online[name].detach(), "SAC-TARGET-2", what=f"{name} at initialisation")
         assert_that(not p.requires_grad, "SAC-TARGET-2", name, "a target parameter that needs no gradient")
         assert_that(p.data_ptr() != online[name].data_ptr(), "SAC-TARGET-2", name, "storage of its own")
-    obs = torch.randn(3, d, dtype=torch.float64)
+    obs = on_device(torch.randn(3, d, dtype=torch.float64))
     for t_out, c_out in zip(target(obs), critic(obs)):  # differential: same outputs
         assert_equal(t_out.detach(), c_out.detach(), "SAC-TARGET-2", what="target(obs) vs critic(obs)")
 
 
 @pytest.mark.clause("SAC-TARGET-2")
 def test_target_init_golden_and_independent_afterwards(sac):
-    critic = TableTwinQ([1.0, 2.0], [3.0, 4.0])
+    critic = on_device(TableTwinQ([1.0, 2.0], [3.0, 4.0]))
     target = sac.init_target(critic)
     assert_equal(target.t1.detach(), [1.0, 2.0], "SAC-TARGET-2")
     assert_equal(target.t2.detach(), [3.0, 4.0], "SAC-TARGET-2")
@@ -528,4 +530,4 @@ def test_pushing_one_key_at_a_time_equals_one_push(sac, n, cap):
     for i in range(n):
         one_by_one = sac.nce_queue_push(one_by_one, keys[i:i + 1], capacity=cap)
     at_once = sac.nce_queue_push(torch.zeros(0, 1, dtype=torch.float64), keys, capacity=cap)
-    assert_equal(one_by_one, at_once.numpy(), "SAC-NCE-4", what="loop vs one push")
+    assert_equal(one_by_one, to_numpy(at_once), "SAC-NCE-4", what="loop vs one push")

@@ -181,7 +181,7 @@ def entropy_trend(entropy: torch.Tensor) -> dict:
     if entropy.dim() != 1 or entropy.numel() < 2:
         raise ValueError(f"[PPO-INPUT-4] entropy_trend needs a 1-D series of >= 2 updates, got shape {tuple(entropy.shape)}")
     h = entropy.detach().to(torch.float64)
-    u = torch.arange(h.numel(), dtype=torch.float64)
+    u = torch.arange(h.numel(), dtype=torch.float64, device=h.device)
     uc = u - u.mean()
     slope = float((uc * (h - h.mean())).sum() / (uc * uc).sum())
     intercept = float(h.mean() - slope * u.mean())

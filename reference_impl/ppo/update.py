@@ -126,7 +126,8 @@ def _stack(metrics: dict) -> torch.Tensor:
     vals = list(metrics.values())
     if all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in vals) and len({v.dtype for v in vals}) == 1:
         return torch.stack(vals)
-    return torch.stack([torch.as_tensor(v).detach().reshape(()).to(torch.float64) for v in vals])
+    device = next((v.device for v in vals if isinstance(v, torch.Tensor)), None)  # Python numbers join the tensors
+    return torch.stack([torch.as_tensor(v, device=device).detach().reshape(()).to(torch.float64) for v in vals])
 
 
 def as_floats(metrics: dict) -> dict:

@@ -271,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--profile", default="ci", choices=("ci", "release"))
     a.add_argument("--seed", type=int, default=None, help="hypothesis seed for the release profile (default: drawn, "
                                                           "and recorded in the report)")
-    a.add_argument("--device", default="cpu")
+    a.add_argument("--device", default="cpu", help="where the inputs are built: cpu (default), cuda, cuda:N, or sim "
+                                                   "(a CUDA device simulated on the CPU, which refuses what CUDA refuses)")
     a.add_argument("--out", default="rlconform-audit", help="output directory (default: ./rlconform-audit)")
     a.add_argument("--family", action="append", choices=FAMILIES, help="audit only this family (repeatable)")
     a.add_argument("--clause", action="append", metavar="ID",

@@ -33,6 +33,8 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from rlconform.spec import exact_reason
+
 REPO = Path(__file__).resolve().parents[2]
 AUDIT_ENV = "RLCONFORM_AUDIT_REPORT"
 MATHJAX_ENV = "RLCONFORM_MATHJAX_DIR"
@@ -320,6 +322,8 @@ def clause_block(spec, fspec, c, tests: dict[str, int], page: str) -> str:
     if c.formula:
         lines += ["$$", c.formula.strip(), "$$", ""]
     facts = [f"- **Source:** {_source_line(c, page)}", f"- **Tolerance:** {_tolerance_line(c.tolerance)}"]
+    if exact_reason(c):
+        facts.append(f"- **Why exact on every device:** {text(exact_reason(c))}")
     if c.normative:
         facts.append(f"- **Normative part:** {linkify(text(c.normative), spec, page)}")
     if c.conventions:

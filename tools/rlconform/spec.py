@@ -47,6 +47,7 @@ CLAUSE_SCHEMA = {
         "statement": {"type": "string", "minLength": 1}, "source": _SOURCE,
         "tolerance": {"type": "string"}, "formula": {"type": "string"},
         "errata": {"type": "string"}, "notes": {"type": "string"}, "value": {"type": "object"},
+        "exact_because": {"type": "string", "minLength": 1},
         "gate": {"type": "object", "required": ["metric", "op", "threshold"],
                  "properties": {"metric": {"type": "string"}, "op": {"enum": list(GATE_OPS)}}},
         "implemented_by": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
@@ -158,6 +159,7 @@ class Clause:
     notes: str | None = None
     normative: str | None = None
     conventions: tuple[str, ...] = ()
+    exact_because: str | None = None
 
     @property
     def section(self) -> str:
@@ -300,6 +302,33 @@ def _check_formula(where: str, formula: Any) -> None:
         raise SpecError(rf"{where}: 'formula' has unbalanced \left/\right")
 
 
+# Why bit-equality holds for a whole kind of clause; a formula or rule clause that demands it says why itself
+# (``exact_because``): a reduction runs in another order on a GPU, so its last bit is no clause's business.
+EXACT_BY_KIND = {
+    "input": "the verdict is whether the input is rejected, not a computed value",
+    "default": "a default is a configured value, compared as written",
+    "gate": "a gate's threshold is a configured value, compared as written",
+}
+
+
+def _check_exactness(where: str, raw: Mapping[str, Any], tol: Tolerance) -> None:
+    if not tol.exact:
+        if raw.get("exact_because"):
+            raise SpecError(f"{where}: 'exact_because' explains an exact tolerance, but the tolerance is {tol.name!r}")
+        return
+    if raw["kind"] not in EXACT_BY_KIND and not raw.get("exact_because"):
+        raise SpecError(f"{where}: a {raw['kind']} clause with tolerance 'exact' must say why bit-equality holds "
+                        "on every device ('exact_because': booleans, indices, counts, a value copied or compared "
+                        "with itself); a floating reduction takes a tolerance class")
+
+
+def exact_reason(clause: "Clause") -> str | None:
+    """Why ``clause`` may demand bit-equality (None when its tolerance is not exact)."""
+    if not clause.tolerance.exact:
+        return None
+    return clause.exact_because or EXACT_BY_KIND.get(clause.kind)
+
+
 def _load_tolerances(path: Path) -> dict[str, Tolerance]:
     raw, _ = _read(path, TOLERANCES_SCHEMA)
     out = {}
@@ -336,6 +365,7 @@ def _parse_clause(where: str, family: str, raw: Mapping[str, Any], tolerances) -
         )
     if raw.get("formula") is not None:
         _check_formula(where, raw["formula"])
+    _check_exactness(where, raw, tolerances[raw["tolerance"]])
     if raw["kind"] == "default":
         if not isinstance(raw.get("value"), Mapping) or not raw["value"]:
             raise SpecError(f"{where}: a default clause needs 'value', a mapping of defaults() keys to values")
@@ -363,6 +393,7 @@ def _parse_clause(where: str, family: str, raw: Mapping[str, Any], tolerances) -
         tolerance=tolerances[raw["tolerance"]],
         implemented_by=tuple(impl),
         statement=" ".join(str(raw["statement"]).split()),
+        exact_because=" ".join(str(raw["exact_because"]).split()) if raw.get("exact_because") else None,
     )
     return Clause(**fields)
 
