@@ -299,9 +299,19 @@ class _Simulation(TorchFunctionMode):
 @contextlib.contextmanager
 def simulate() -> Iterator[None]:
     """Run the block with ``cuda:0`` simulated on the CPU."""
+    from torch.utils import _foreach_utils
+
     torch.serialization.add_safe_globals([DeviceTensor])  # a saved device tensor loads back on the device
-    with _Simulation():
-        yield
+    kinds = _foreach_utils._foreach_supported_types  # torch picks foreach kernels by exact type, as on CUDA
+    added = DeviceTensor not in kinds
+    if added:
+        kinds.append(DeviceTensor)
+    try:
+        with _Simulation():
+            yield
+    finally:
+        if added:
+            kinds.remove(DeviceTensor)
 
 
 def generator(seed: int) -> DeviceGenerator:

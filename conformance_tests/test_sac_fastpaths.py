@@ -4,7 +4,8 @@ The plain formulas are the oracle (each is held to independent oracles in the ot
 files): the fused masked softmax, soft backup, critic head and policy head must give the same
 values and the same gradients, and ``update_step(fast=True)`` the same trajectory as
 ``update_step(fast=False)``. Inputs cover ties, flat and peaked rows, masks with one legal action,
-ε-clipped entries, blocks of a single row (row_blocks with tiny blocks), float32 and float64.
+ε-clipped entries, blocks of a single row (row_blocks with tiny blocks), the accelerator plan (one pass,
+Top-p by sort), float32 and float64.
 """
 from __future__ import annotations
 
@@ -41,14 +42,17 @@ def _case(seed: int, dtype, rows: int = 9, width: int = 37):
     return logits, mask, q1, q2, actions, demo
 
 
-@pytest.fixture(params=["one block", "row by row"])
+@pytest.fixture(params=["one block", "row by row", "accelerator plan"])
 def blocks(request):
-    """Run each fast path with its real block size, then one row per block."""
+    """Run each fast path with the CPU plan's real block size, then one row per block, then with the plan
+    a GPU takes (one pass over the batch, Top-p by sort); the simulated device takes it in the suite too."""
     if request.param == "one block":
         yield
         return
     real = backup.row_blocks
-    with mock.patch.object(backup, "row_blocks", lambda rows, width, **kw: real(rows, width, block_bytes=1)):
+    patch = (mock.patch.object(backup, "row_blocks", lambda like, **kw: real(like, block_bytes=1))
+             if request.param == "row by row" else mock.patch.object(backup, "blocked", lambda t: False))
+    with patch:
         yield
 
 
@@ -142,7 +146,7 @@ def _nets(seed: int, d: int, a: int):
 @pytest.mark.clause("SAC-STEP-1")
 @pytest.mark.parametrize("guards", [True, False])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_fast_update_step_follows_the_plain_one(seed, guards):
+def test_fast_update_step_follows_the_plain_one(blocks, seed, guards):
     d, a, n = 5, 23, 16
     fast, plain = _nets(seed, d, a), _nets(seed, d, a)
     g = torch.Generator().manual_seed(seed + 100)
@@ -162,3 +166,14 @@ def test_fast_update_step_follows_the_plain_one(seed, guards):
         for pf, pp in zip(net_f.parameters(), net_p.parameters()):
             assert_close(pf.detach(), pp.detach(), "SAC-STEP-1", what="parameters after 3 updates")
     assert_close(fast[3].detach(), plain[3].detach(), "SAC-STEP-1", what="log alpha after 3 updates")
+
+
+def test_each_device_takes_its_plan():
+    """The CPU works in cache-sized row blocks; a GPU (here the simulated one) in one pass over the batch."""
+    from conformance_tests import simdevice
+
+    x = torch.zeros(4000, 600)
+    assert backup.blocked(x) and len(backup.row_blocks(x)) > 1
+    with simdevice.simulate():
+        d = x.to(simdevice.DEVICE)
+        assert not backup.blocked(d) and backup.row_blocks(d) == [slice(0, 4000)]

@@ -104,26 +104,47 @@ def _select_threshold(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -
     return torch.where(total < p, legal_mask, keep)  # legal mass short of p: every legal action
 
 
+# ----------------------------------------------------------------------------- one plan per device
+# The CPU plan works row block by row block (each elementwise pass reads a block still in cache, every
+# temporary is small enough for the allocator to reuse) and finds the Top-p threshold by a radix search.
+# The accelerator plan runs each pass once over the whole batch (a GPU wants few large kernels: the CPU
+# plan launches thousands of tiny ones) and selects by a segmented sort, the plain formula. Both give the
+# same sets and values (conformance_tests/test_sac_fastpaths.py runs each against the plain formulas).
+
+def blocked(t: torch.Tensor) -> bool:
+    """Whether ``t``'s device takes the row-block plan (the CPU) rather than one pass over the batch."""
+    return t.device.type == "cpu"
+
+
 _CHUNK_BYTES = 1 << 23  # ~8 MB of float64 per row chunk: temporaries stay in the allocator's reused heap
 
 
 def _by_row_chunks(fn, *tensors: torch.Tensor) -> torch.Tensor:
-    """fn over blocks of rows of [..., A] tensors, reassembled (rows are independent). Small blocks
-    keep every temporary below the size that glibc serves from fresh pages, which would cost more
-    than the arithmetic."""
+    """fn over blocks of rows of [..., A] tensors, reassembled (rows are independent); on the CPU only.
+    Small blocks keep every temporary below the size that glibc serves from fresh pages, which would
+    cost more than the arithmetic."""
     lead, width = tensors[0].shape[:-1], tensors[0].shape[-1]
     flat = [t.reshape(-1, width) for t in tensors]
     rows, step = flat[0].shape[0], max(1, _CHUNK_BYTES // (8 * max(1, width)))
-    out = fn(*flat) if rows <= step else torch.cat([fn(*(t[i:i + step] for t in flat)) for i in range(0, rows, step)])
+    if rows <= step or not blocked(flat[0]):
+        out = fn(*flat)
+    else:
+        out = torch.cat([fn(*(t[i:i + step] for t in flat)) for i in range(0, rows, step)])
     return out.reshape(*lead, *out.shape[1:])
 
 
-def row_blocks(rows: int, width: int, *, itemsize: int = 4, block_bytes: int = 1 << 20):
-    """Slices of about ``block_bytes`` per [rows, width] tensor: the fused fast paths run their many
-    elementwise passes block by block, so each pass reads a block that is still in cache and every
-    temporary stays small (reused by the allocator, never fresh pages)."""
-    step = max(1, block_bytes // (itemsize * max(1, width)))
+def row_blocks(like: torch.Tensor, *, itemsize: int = 4, block_bytes: int = 1 << 20) -> list[slice]:
+    """Slices of the rows of the [rows, width] tensor ``like``, about ``block_bytes`` each on the CPU (the
+    fused fast paths run their many elementwise passes block by block, so each pass reads a block that
+    is still in cache and every temporary stays small); one slice of every row on an accelerator."""
+    rows, width = like.shape
+    step = max(1, block_bytes // (itemsize * max(1, width))) if blocked(like) else max(rows, 1)
     return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
+
+
+def _select(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -> torch.Tensor:
+    """The Top-p set by the device's plan: the radix threshold search on the CPU, the sort elsewhere."""
+    return _select_threshold(probs, legal_mask, p) if blocked(probs) else _select_sorted_legal(probs, legal_mask, p)
 
 
 def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: float):
@@ -142,10 +163,10 @@ def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: floa
     v = logits.new_empty(rows)
     cov = logits.new_empty(rows)
     with torch.no_grad():
-        for r in row_blocks(rows, width, itemsize=8):  # the selection works in float64
+        for r in row_blocks(logits, itemsize=8):  # the selection works in float64
             m = legal_mask[r]
             pi = masked_softmax_fast(logits[r], m, eps=eps)
-            sel = m if p >= 1.0 else _select_threshold(pi, m, p)
+            sel = m if p >= 1.0 else _select(pi, m, p)
             w = pi * float_mask(sel, pi.dtype)  # π·1[P]
             z = w.sum(-1)
             cov[r] = z
@@ -181,18 +202,23 @@ def _select_threshold_by_chunks(probs: torch.Tensor, legal_mask: torch.Tensor, p
     return _by_row_chunks(lambda pr, lm: _select_threshold(pr, lm, p), probs, legal_mask)
 
 
-_METHODS = {"threshold": _select_threshold_by_chunks, "sorted": _select_sorted_legal}
+def _select_by_plan(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -> torch.Tensor:
+    return _by_row_chunks(lambda pr, lm: _select(pr, lm, p), probs, legal_mask)
 
 
-def top_p_select(probs: torch.Tensor, legal_mask: torch.Tensor, *, p: float, method: str = "threshold"
+_METHODS = {"auto": _select_by_plan, "threshold": _select_threshold_by_chunks, "sorted": _select_sorted_legal}
+
+
+def top_p_select(probs: torch.Tensor, legal_mask: torch.Tensor, *, p: float, method: str = "auto"
                  ) -> torch.Tensor:
     r"""The smallest legal set P with Σ_{a∈P} π(a) ≥ p, as a detached bool mask.
 
     Legal actions are ranked by decreasing probability, ties by lower action id; an action is kept
     iff the mass ranked before it is < p, so the action whose mass reaches p exactly is kept and the
     next one is not, and the set is never empty; p = 1 keeps every legal action. ``method``:
-    "threshold" (default, a radix search for the threshold, linear in |A|) or "sorted" (the plain
-    sort + cumsum formula, the oracle); both return the same set.
+    "threshold" (a radix search for the threshold, linear in |A|: the CPU's), "sorted" (the plain
+    sort + cumsum formula, the oracle: an accelerator's), or "auto" (default: the device's plan); all
+    return the same set.
 
     Implements: SAC-TOPP-1 (bad input: SAC-INPUT-3).
     """
@@ -212,7 +238,7 @@ def top_p_probs(probs: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
-def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p: float, method: str = "threshold") -> torch.Tensor:
+def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p: float, method: str = "auto") -> torch.Tensor:
     r"""\hat V_soft(s') = Σ_{a∈P} π_p(a) [min_i Q'_i(o',a) − α log π_p(a)].
 
     Implements: SAC-TOPP-3.

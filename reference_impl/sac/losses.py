@@ -179,7 +179,7 @@ def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, 
     from reference_impl.sac.masking import float_mask
 
     _checks.index_in_range(actions, q_all.shape[-1], "SAC-CRITIC-2", "actions")
-    rows, width = q_all.shape
+    rows = q_all.shape[0]
     idx = actions.long().unsqueeze(-1)
     q = q_all.detach()
     taken = q.gather(-1, idx).squeeze(-1)
@@ -189,7 +189,7 @@ def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, 
     cql = q.new_zeros(())
     if use_cql:
         lse, big = q.new_empty(rows), torch.finfo(q.dtype).max
-        for r in row_blocks(rows, width):
+        for r in row_blocks(q):
             z = q[r] if legal_mask is None else q[r].add(float_mask(legal_mask[r], q.dtype).sub_(1.0), alpha=big)
             lse[r] = torch.logsumexp(z, dim=-1)  # illegal actions leave the sum (pushed to -max: exp = 0)
             torch.softmax(z, dim=-1, out=grad[r])  # ∂ logsumexp / ∂Q
@@ -217,7 +217,7 @@ def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, la
 
     _checks.bool_mask(is_demo, "SAC-BC-1", "is_demo")
     _checks.index_in_range(actions, logits.shape[-1], "SAC-BC-1", "actions")
-    rows, width = logits.shape
+    rows = logits.shape[0]
     eps = max(PROB_EPS if eps is None else eps, torch.finfo(logits.dtype).tiny)
     z_all, idx, big = logits.detach(), actions.long().unsqueeze(-1), torch.finfo(logits.dtype).max
     demo = is_demo.to(logits.dtype)
@@ -226,7 +226,7 @@ def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, la
     grad = torch.empty_like(z_all)
     soft, ent = z_all.new_empty(rows), z_all.new_empty(rows)
     log_taken = z_all.new_empty(rows)
-    for r in row_blocks(rows, width):
+    for r in row_blocks(z_all):
         legal = float_mask(legal_mask[r], z_all.dtype)
         s = torch.softmax(z_all[r].add(legal - 1.0, alpha=big), dim=-1)  # SAC-MASK-1 (illegal: exactly 0)
         pi = s.clamp_min(eps)  # SAC-MASK-2

@@ -21,7 +21,7 @@ from reference_impl.sac.backup import td_target, top_p_backup_fused, top_p_selec
 from reference_impl.sac.losses import (bc_loss, clamp_log_alpha, critic_head_fused, critic_loss, critic_loss_total,
                                        policy_head_fused, policy_loss_total, temperature_loss)
 from reference_impl.sac.masking import PROB_EPS, entropy, masked_softmax, target_entropy
-from reference_impl.sac.updates import soft_update
+from reference_impl.sac.updates import soft_update_
 
 ORDER = ("critic", "policy", "temperature", "target")  # SAC-STEP-1
 BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done", "is_demo", "legal_mask", "next_legal_mask")
@@ -150,18 +150,18 @@ def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
 
 
 def _target_phase(s: dict, b: dict, hp: dict) -> None:
-    with torch.no_grad():
-        for pt, p in zip(s["target"].parameters(), s["critic"].parameters()):
-            pt.copy_(soft_update(pt, p, tau=hp["tau"]))  # SAC-TARGET-1
+    soft_update_(list(s["target"].parameters()), list(s["critic"].parameters()), tau=hp["tau"])  # SAC-TARGET-1
 
 
 def _floats(out: dict) -> dict:
     """0-d diagnostic tensors -> Python floats in one transfer (one stack in their widest dtype)."""
     if not out:
         return {}
-    vals = [v.detach().reshape(()) for v in out.values()]
-    dt = functools.reduce(torch.promote_types, (v.dtype for v in vals))
-    return dict(zip(out, torch.stack([v.to(dt) for v in vals]).tolist()))
+    vals = [v if v.dim() == 0 else v.reshape(()) for v in out.values()]  # a one-element log α may be [1]
+    dtypes = {v.dtype for v in vals}
+    dt = dtypes.pop() if len(dtypes) == 1 else functools.reduce(torch.promote_types, dtypes)
+    with torch.no_grad():  # only the values of another dtype are converted
+        return dict(zip(out, torch.stack([v if v.dtype == dt else v.to(dt) for v in vals]).tolist()))
 
 
 PHASES: dict[str, Callable[[dict, dict, dict], None]] = {

@@ -15,6 +15,17 @@ def soft_update(target: torch.Tensor, online: torch.Tensor, *, tau: float) -> to
     return torch.lerp(target.detach(), online.detach(), tau)
 
 
+def soft_update_(targets: list[torch.Tensor], onlines: list[torch.Tensor], *, tau: float) -> None:
+    r"""\bar φ ← τ φ + (1 − τ) \bar φ for every pair, in place and in one foreach kernel (a loop over the
+    parameters would launch one per tensor); the same values as :func:`soft_update`.
+
+    Implements: SAC-TARGET-1.
+    """
+    _checks.in_range(tau, 0.0, 1.0, "SAC-TARGET-1", "tau")
+    with torch.no_grad():
+        torch._foreach_lerp_(targets, onlines, tau)
+
+
 def ema_update(target: torch.Tensor, online: torch.Tensor, *, m: float) -> torch.Tensor:
     r"""\bar f ← m \bar f + (1 − m) f: the same average as :func:`soft_update` with τ = 1 − m.
 

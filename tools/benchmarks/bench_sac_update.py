@@ -65,8 +65,9 @@ def reference_step(device):
     policy, critic = mlp().to(device), Twin().to(device)
     target = init_target(critic)
     log_alpha = torch.zeros((), device=device, requires_grad=True)
-    opts = {"q": torch.optim.Adam(critic.parameters(), lr=LR), "pi": torch.optim.Adam(policy.parameters(), lr=LR),
-            "alpha": torch.optim.Adam([log_alpha], lr=LR)}
+    opts = {"q": torch.optim.Adam(critic.parameters(), lr=LR, foreach=True),
+            "pi": torch.optim.Adam(policy.parameters(), lr=LR, foreach=True),
+            "alpha": torch.optim.Adam([log_alpha], lr=LR, foreach=True)}  # CUDA's default, on every device
     b = batch(device)
     with _checks.validation(True):
         update_step(policy, critic, target, log_alpha, opts, b, top_p=TOP_P)  # the first batch, validated
@@ -91,7 +92,7 @@ def torchrl_step(device):
     qnet = ValueOperator(mlp(), in_keys=["observation"], out_keys=["action_value"]).to(device)
     loss = DiscreteSACLoss(actor, qnet, action_space="categorical", num_actions=A, num_qvalue_nets=2)
     updater = SoftUpdate(loss, tau=0.005)
-    opt = torch.optim.Adam(loss.parameters(), lr=LR)
+    opt = torch.optim.Adam(loss.parameters(), lr=LR, foreach=True)
     b = batch(device)
     td = TensorDict({"observation": b["obs"], "action": b["action"], "action_mask": b["legal_mask"],
                      "next": {"observation": b["next_obs"], "reward": b["reward"][:, None],

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "performance" / "index.md"
 RAW = PAGE.parent / "raw"
 
-SCRIPTS = ("bench_sac_update", "bench_ppo_epoch", "bench_stdb", "bench_host_syncs", "bench_suite_time")
-CPU_ONLY = {"bench_stdb"}  # SQLite and Python dicts: a GPU run has nothing to add
+SCRIPTS = ("bench_sac_update", "bench_ppo_epoch", "bench_stdb", "bench_host_syncs", "bench_dispatch", "bench_suite_time")
+CPU_ONLY = {"bench_stdb", "bench_dispatch"}  # SQLite and Python dicts; dispatch counts are device-independent
 PYTEST_BENCH = {"top_p": "bench_sac_top_p"}  # -k filters (naming the file collects it twice)
 
 
@@ -127,6 +127,22 @@ def sync_rows(d: dict) -> list[list[str]]:
              f"≤ 1 each: {_met(s['hot_loop'] <= 1 and pk['hot_loop_per_minibatch'] <= 1)}"]]
 
 
+def dispatch_rows(d: dict) -> list[list[str]]:
+    """Aten ops dispatched per update (device-independent: counted on the CPU)."""
+    sac, ppo = d["sac_update"], d["ppo_minibatch"]
+    by_b = lambda counts: ", ".join(f"B {b}: {n}" for b, n in counts.items())  # noqa: E731
+    acc, trl = sac["reference_accelerator_plan"], sac["torchrl"]
+    flat = len(set(acc.values())) == 1
+    worst = max(acc.values()) / max(trl.values())
+    return [[f"aten ops dispatched per SAC update, \|A\| {d['actions']}, Adam(foreach) [cpu count]",
+             f"accelerator plan (a GPU's) {by_b(acc)}; CPU plan (row blocks) {by_b(sac['reference_cpu_plan'])}",
+             f"TorchRL `DiscreteSACLoss` + Adam {by_b(trl)}", f"**{1 / worst:.2f}**",
+             f"≤ TorchRL, flat in B: {_met(flat and worst <= 1)} (flat in B: {_met(flat)})"],
+            ["aten ops dispatched per PPO minibatch [cpu count]", f"{ppo['reference']:.0f}",
+             f"sb3-contrib `MaskablePPO.train()` {ppo['sb3_contrib']:.0f}",
+             f"**{ppo['sb3_contrib'] / ppo['reference']:.2f}**", f"≤ sb3-contrib: {_met(ppo['reference'] <= ppo['sb3_contrib'])}"]]
+
+
 def suite_rows(d: dict) -> list[list[str]]:
     slow = ", ".join(f"{f['file'].removeprefix('test_')} {f['worker_s']:.0f}" for f in d["slowest_files"][:4])
     walls = d.get("wall_s_all", [d["wall_s"]])  # files from before --runs hold one run
@@ -137,7 +153,7 @@ def suite_rows(d: dict) -> list[list[str]]:
 
 
 SOURCES = [("sac_update_{}.json", sac_rows), ("top_p_{}.json", top_p_rows), ("ppo_epoch_{}.json", ppo_rows),
-           ("stdb_{}.json", stdb_rows), ("host_syncs_{}.json", sync_rows),
+           ("stdb_{}.json", stdb_rows), ("host_syncs_{}.json", sync_rows), ("dispatch_{}.json", dispatch_rows),
            ("suite_time_{}.json", suite_rows)]
 
 
