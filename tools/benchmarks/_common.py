@@ -98,6 +98,18 @@ def matmul_peak(device: torch.device, sizes=(1024, 2048), reps: int = 3) -> floa
     return best
 
 
+def cuda_kernel_launches(fn: Callable[[], object]) -> int:
+    """CUDA kernel launches of one call (torch.profiler's launch API events; a CUDA graph replay is one)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    launches = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
+    return sum(e.count for e in prof.key_averages() if e.key in launches)
+
+
 def flops(fn: Callable[[], object]) -> int:
     """Matmul-class FLOPs (forward and backward) of one call, counted by torch's flop counter."""
     with _FlopCount() as fc:

@@ -58,7 +58,7 @@ def plan(name: str):
 
 
 def sac_counts(batches, actions: int) -> dict:
-    bench_sac_update.A = actions
+    bench_sac_update.A, bench_sac_update.FOREACH = actions, True
     out: dict[str, dict[int, int]] = {"reference_cpu_plan": {}, "reference_accelerator_plan": {}, "torchrl": {}}
     for b in batches:
         bench_sac_update.B = b

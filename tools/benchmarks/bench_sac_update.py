@@ -28,6 +28,7 @@ from tools.benchmarks import _common as C
 
 B, A, OBS, HIDDEN, TOP_P = 2048, 6000, 384, 256, 0.98
 LEGAL_SHARE, DEMO_SHARE, LR = 1 / 3, 0.25, 3e-4
+FOREACH = None  # both sides' Adam: torch's default for the device (bench_dispatch sets True, CUDA's default)
 
 
 def mlp() -> nn.Sequential:
@@ -65,9 +66,9 @@ def reference_step(device):
     policy, critic = mlp().to(device), Twin().to(device)
     target = init_target(critic)
     log_alpha = torch.zeros((), device=device, requires_grad=True)
-    opts = {"q": torch.optim.Adam(critic.parameters(), lr=LR, foreach=True),
-            "pi": torch.optim.Adam(policy.parameters(), lr=LR, foreach=True),
-            "alpha": torch.optim.Adam([log_alpha], lr=LR, foreach=True)}  # CUDA's default, on every device
+    opts = {"q": torch.optim.Adam(critic.parameters(), lr=LR, foreach=FOREACH),
+            "pi": torch.optim.Adam(policy.parameters(), lr=LR, foreach=FOREACH),
+            "alpha": torch.optim.Adam([log_alpha], lr=LR, foreach=FOREACH)}
     b = batch(device)
     with _checks.validation(True):
         update_step(policy, critic, target, log_alpha, opts, b, top_p=TOP_P)  # the first batch, validated
@@ -92,7 +93,7 @@ def torchrl_step(device):
     qnet = ValueOperator(mlp(), in_keys=["observation"], out_keys=["action_value"]).to(device)
     loss = DiscreteSACLoss(actor, qnet, action_space="categorical", num_actions=A, num_qvalue_nets=2)
     updater = SoftUpdate(loss, tau=0.005)
-    opt = torch.optim.Adam(loss.parameters(), lr=LR, foreach=True)
+    opt = torch.optim.Adam(loss.parameters(), lr=LR, foreach=FOREACH)
     b = batch(device)
     td = TensorDict({"observation": b["obs"], "action": b["action"], "action_mask": b["legal_mask"],
                      "next": {"observation": b["next_obs"], "reward": b["reward"][:, None],
@@ -138,6 +139,7 @@ def main(argv=None) -> dict:
     dev = torch.device(args.device)
     steps = {name: make(dev) for name, make in SIDES.items()}
     flop = {name: C.flops(fn) for name, fn in steps.items()}
+    kernels = {name: C.cuda_kernel_launches(fn) for name, fn in steps.items()} if dev.type == "cuda" else {}
     peak = C.matmul_peak(dev)
     times = C.interleave(steps, args.rounds, dev)
     peak_after = C.matmul_peak(dev)  # the machine may have changed under us: report both
@@ -152,12 +154,14 @@ def main(argv=None) -> dict:
         "matmul_peak_gflops": max(peak, peak_after), "matmul_peak_before_after": [peak, peak_after],
         "pct_of_peak": {n: 100 * gflops[n] / max(peak, peak_after) for n in SIDES},
         "peak_rss_bytes": {n: r["peak_rss"] for n, r in rss.items()},
-        "ratio": med["torchrl"] / med["reference"], "packages": ["torchrl", "tensordict"],
+        "ratio": med["torchrl"] / med["reference"], "kernel_launches": kernels, "packages": ["torchrl", "tensordict"],
     }
     path = C.write(f"sac_update_{dev.type}", res, args.json)
     print(f"SAC update [B {B}, |A| {A}]: reference {med['reference']:.3f} s ({gflops['reference']:.1f} GFLOP/s, "
           f"{res['pct_of_peak']['reference']:.0f}% of {res['matmul_peak_gflops']:.1f}), torchrl {med['torchrl']:.3f} s "
           f"({gflops['torchrl']:.1f} GFLOP/s); torchrl/reference = {res['ratio']:.2f}x")
+    if kernels:
+        print("CUDA kernel launches per update: " + ", ".join(f"{n} {k}" for n, k in kernels.items()))
     if rss:
         print("peak RSS: " + ", ".join(f"{n} {r['peak_rss'] / 2**30:.2f} GiB" for n, r in rss.items()))
     print(f"wrote {path}")

@@ -67,6 +67,11 @@ def sac_rows(d: dict) -> list[list[str]]:
              f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl']:.2f} s, {gf['torchrl']:.1f} GFLOP/s",
              f"**{d['ratio']:.2f}**{busy_note(d)}",
              f"≥ 1.25 and ≥ 40% of peak: {_met(d['ratio'] >= 1.25 and pct['reference'] >= 40)}"]]
+    k = d.get("kernel_launches") or {}
+    if k:
+        rows.append([f"CUDA kernel launches per SAC update [{d['device']}]", str(k["reference"]),
+                     f"TorchRL {k['torchrl']}", f"**{k['torchrl'] / k['reference']:.2f}**",
+                     f"≤ 200: {_met(k['reference'] <= 200)}"])
     rss = d.get("peak_rss_bytes") or {}
     if rss:
         rows.append([f"peak RSS during the SAC update [{d['device']}]", _gib(rss["reference"]),
