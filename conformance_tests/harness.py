@@ -16,6 +16,7 @@ Assertion helpers word their failures as ``got X, but should be Y [CLAUSE: call]
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import math
@@ -376,17 +377,6 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b)
 
 
-def _mutated(handed: Any, snap: Any, path: str) -> str | None:
-    """The first place where ``handed`` no longer equals ``snap`` (``logits``, ``batch['obs']``...)."""
-    if isinstance(handed, torch.Tensor) and isinstance(snap, torch.Tensor):
-        return None if _same(handed, snap) else path
-    if isinstance(handed, (list, tuple)) and isinstance(snap, (list, tuple)):
-        return next((m for i, (h, s) in enumerate(zip(handed, snap)) if (m := _mutated(h, s, f"{path}[{i}]"))), None)
-    if isinstance(handed, dict) and isinstance(snap, dict):
-        return next((m for k in snap if k in handed and (m := _mutated(handed[k], snap[k], f"{path}[{k!r}]"))), None)
-    return None
-
-
 def _arg_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     try:
         bound = inspect.signature(fn).bind_partial(*args, **kwargs)
@@ -481,6 +471,12 @@ def _contract_arg_names(name: str, fn: Callable, args: tuple, kwargs: dict) -> l
 def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: bool) -> Any:
     """Record, copy, call within the deadline, then check that no input was changed in place.
 
+    The state an operation updates (``contract.updated_in_place``: networks, optimisers, the temperature
+    of an update step, a generator) is handed over as the caller's own object. Every other argument goes
+    to the device as a copy, and must come back as it went: tensors, nested containers and their plain
+    values, modules' parameters and gradients (an op that only computes losses must not call backward),
+    optimisers' state.
+
     With ``masks: False`` declared, a call whose action mask holds an illegal action is never made: the
     example (or the fixed-input test) is not applicable."""
     if not masks_supported() and (where := _illegal_action_mask(name, fn, args, kwargs)):
@@ -488,7 +484,11 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
                                                      "declares masks=False"))
     snap_args, snap_kwargs = _snapshot(args), _snapshot(kwargs)
     _STATE["calls"].append((name, snap_args, snap_kwargs))
-    handed_args, handed_kwargs = _hand(_to_device(args)), _hand(_to_device(kwargs))
+    names = _contract_arg_names(name, fn, args, kwargs)
+    state = _updated_in_place(name)
+    handed = [v if n in state else _hand(_to_device(v)) for n, v in zip(names, [*args, *kwargs.values()])]
+    handed_args, handed_kwargs = tuple(handed[:len(args)]), dict(zip(kwargs, handed[len(args):]))
+    before = {n: _fingerprint(v) for n, v in zip(names, handed) if n not in state}
     try:
         out = _run_within_deadline(fn, name, handed_args, handed_kwargs)
     except NotApplicable as e:
@@ -499,17 +499,71 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
         err = f"{describe_call((name, args, kwargs))} raised {type(e).__name__}: {e}"
         _note_failure("error", err)
         raise ImplementationError(err) from e
-    names = _arg_names(fn, args, kwargs)
-    handed = list(handed_args) + list(handed_kwargs.values())
-    snaps = list(snap_args) + list(snap_kwargs.values())
-    for arg_name, h, s in zip(names, handed, snaps):
-        where = _mutated(h, s, arg_name)
+    for arg_name, h in zip(names, handed):
+        where = arg_name in before and _changed(_fingerprint(h), before[arg_name], arg_name)
         if where:
-            msg = (f"{name} modified its input {where!r} in place; an operation must leave its "
-                   f"arguments unchanged [{_clause_tag()}: {describe_call((name, args, kwargs))}]")
+            what = (f"left a gradient in {where!r} (it called backward)" if ".grad'" in where
+                    else f"modified its input {where!r} in place")
+            msg = (f"{name} {what}; an operation must leave its arguments unchanged: it computes, the caller "
+                   f"steps [{_clause_tag()}: {describe_call((name, args, kwargs))}]")
             _note_failure("fail", msg)
             raise InputMutated(msg)
     return out
+
+
+def _updated_in_place(name: str) -> set[str]:
+    from conformance_tests import contract
+
+    return set(contract.updated_in_place(name))
+
+
+_UNCOMPARABLE = object()
+
+
+def _fingerprint(x: Any) -> Any:
+    """A copy of what ``x`` holds, for comparing before and after a call: tensors (values), containers
+    (walked, plain values copied), modules (each parameter's value and gradient, each buffer), optimisers
+    (their state and hyper-parameters)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, torch.nn.Module):
+        return {**{f"{k}": _fingerprint(v) for k, v in x.named_buffers()},
+                **{k: _fingerprint(p) for k, p in x.named_parameters()},
+                **{f"{k}.grad": None if p.grad is None else _fingerprint(p.grad) for k, p in x.named_parameters()}}
+    if isinstance(x, torch.optim.Optimizer):
+        return {"state": [_fingerprint(dict(x.state.get(p, {}))) for g in x.param_groups for p in g["params"]],
+                "param_groups": [_fingerprint({k: v for k, v in g.items() if k != "params"}) for g in x.param_groups]}
+    if isinstance(x, dict):
+        return {k: _fingerprint(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_fingerprint(v) for v in x) if type(x) in (list, tuple) else [_fingerprint(v) for v in x]
+    if x is None or isinstance(x, (bool, int, float, str, bytes)):
+        return x
+    try:
+        return copy.deepcopy(x)
+    except Exception:  # noqa: BLE001 - an object that cannot be copied (a connection) is not compared
+        return _UNCOMPARABLE
+
+
+def _changed(now: Any, was: Any, path: str) -> str | None:
+    """The first place where ``now`` differs from ``was`` (``batch['obs']``, ``critic['q1.weight.grad']``)."""
+    if was is _UNCOMPARABLE or now is _UNCOMPARABLE:
+        return None
+    if isinstance(was, torch.Tensor) or isinstance(now, torch.Tensor):
+        same = isinstance(was, torch.Tensor) and isinstance(now, torch.Tensor) and _same(now, was)
+        return None if same else path
+    if isinstance(was, dict) and isinstance(now, dict):
+        if set(was) != set(now):
+            return f"{path} (keys)"
+        return next((m for k in was if (m := _changed(now[k], was[k], f"{path}[{k!r}]"))), None)
+    if isinstance(was, (list, tuple)) and isinstance(now, (list, tuple)):
+        if len(was) != len(now):
+            return f"{path} (length)"
+        return next((m for i, (n, w) in enumerate(zip(now, was)) if (m := _changed(n, w, f"{path}[{i}]"))), None)
+    try:
+        return None if bool(now == was) or (now != now and was != was) else path  # NaN equals NaN here
+    except Exception:  # noqa: BLE001 - values without an equality (arrays of another kind) are not compared
+        return None
 
 
 def repro_snippet(calls: Iterable[tuple[str, tuple, dict]] | None = None, limit: int = 3) -> str:

@@ -441,6 +441,27 @@ def test_update_order_golden(sac):
     assert_close(target.t1.detach(), [0.5 * c + 0.5, 0.5], "SAC-STEP-1", what="target after the soft update")
 
 
+@pytest.mark.clause("SAC-TEMP-3", "SAC-STEP-1")
+def test_the_alpha_clamp_reaches_the_callers_temperature(sac):
+    # a peaked policy (H ≈ 0) against H_tgt = 0.9 log 2 and a temperature step of rate 100: log α would
+    # land far above log 2, and the update's clamp must bring the caller's own log α back to log 2
+    critic = on_device(TableTwinQ([0.0, 0.0], [0.0, 0.0]))
+    target = on_device(TableTwinQ([0.0, 0.0], [0.0, 0.0]).requires_grad_(False))
+    policy = on_device(TablePolicy([20.0, -20.0]))
+    la = device_leaf(torch.tensor(0.0, dtype=torch.float64))
+    opts = {"q": _sgd(*critic.parameters(), lr=0.1), "pi": _sgd(*policy.parameters(), lr=0.1), "alpha": _sgd(la, lr=100.0)}
+    one = torch.ones(1, 2, dtype=torch.bool)
+    b = {"obs": torch.zeros(1, 1, dtype=torch.float64), "next_obs": torch.zeros(1, 1, dtype=torch.float64),
+         "action": torch.tensor([0]), "reward": torch.tensor([0.0], dtype=torch.float64), "done": torch.tensor([True]),
+         "is_demo": torch.tensor([False]), "legal_mask": one, "next_legal_mask": one}
+    out = sac.update_step(policy, critic, target, la, opts, b, gamma=0.9, top_p=0.98, kappa=0.9, tau=0.5,
+                          lambda_bc=0.1, lambda_cql=0.5, use_cql=False, policy_use_topp=False, huber_delta=1.0,
+                          grad_clip=0.5)
+    assert_close(la.detach(), math.log(2.0), "SAC-TEMP-3", what="the caller's log α after the update (clamped)")
+    if "alpha" in out:
+        assert_close(out["alpha"], 2.0, "SAC-TEMP-3", what="the reported α")
+
+
 @pytest.mark.clause("SAC-GRAD-1")
 def test_gradient_clipping_golden(sac):
     critic, *_ = _table_step(sac, grad_clip=0.5)

@@ -39,6 +39,22 @@ from typing import Protocol
 
 FAMILIES = ("sac", "ppo", "isreshape", "ccapo")
 
+# The arguments an operation updates in place, by the contract's names: the update loops step their
+# networks, optimisers and temperature, and a generator advances wherever one is taken. The suite hands
+# these over as the caller's own objects (an update must reach the caller); every other argument, modules'
+# parameters and gradients and nested containers included, must come back unchanged.
+UPDATED_IN_PLACE = {
+    "sac.update_step": ("policy", "critic", "target", "log_alpha", "optimizers"),
+    "ppo.ppo_update": ("actor", "critic", "optimizer"),
+    "ccapo.ccapo_update": ("policy", "optimizer"),
+}
+ALWAYS_UPDATED = ("generator",)
+
+
+def updated_in_place(op: str) -> tuple[str, ...]:
+    """The contract names of the arguments ``op`` ("family.op") may, and is meant to, change in place."""
+    return UPDATED_IN_PLACE.get(op, ()) + ALWAYS_UPDATED
+
 
 def protocol(family: str) -> type[Protocol]:
     """The Protocol class that documents ``family``'s operations."""

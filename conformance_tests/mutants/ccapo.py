@@ -183,3 +183,16 @@ def kl_against_old_policy(ref):
                                      clip_eps=clip_eps, beta_kl=beta_kl)
 
     return override(ref, "ccapo", ccapo_update=make_ccapo_update(objective=objective))
+
+
+@mutant("CCAPO-STDB-1", doc="A shallow copy of the state: the update's edge records are written into the caller's "
+        "own edge table, so the state it was given changes too.", source="dict(stats) without copying stats['edges']")
+def stdb_update_writes_through_a_shallow_copy(ref):
+    base = ref.ccapo.stdb_update
+
+    def stdb_update(stats, trajectory, **kw):
+        new = base(stats, trajectory, **kw)
+        stats["edges"].update(new["edges"])
+        return new
+
+    return override(ref, "ccapo", stdb_update=stdb_update)

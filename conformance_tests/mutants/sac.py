@@ -385,3 +385,25 @@ def losses_actor_gradient_into_critic(ref):
         return out
 
     return override(ref, "sac", losses=losses)
+
+
+# ----------------------------------------------------------------------------- side effects (issue 27, classes 3, 6)
+@mutant("SAC-LOSSES-1", doc="The loss-level op calls backward itself: gradients are left in the modules' .grad, and "
+        "the caller's own backward doubles every one of them.", source="a library loss that also steps")
+def losses_call_backward(ref):
+    def losses(policy, critic, target_critic, batch, *, log_alpha, gamma, kappa=0.9, delta=1.0, top_p=1.0):
+        out = ref.sac.losses(policy, critic, target_critic, batch, log_alpha=log_alpha, gamma=gamma, kappa=kappa,
+                             delta=delta, top_p=top_p)
+        (out["loss_actor"] + out["loss_qvalue"]).backward(retain_graph=True)
+        return out
+
+    return override(ref, "sac", losses=losses)
+
+
+@mutant("SAC-TEMP-3", doc="The update clamps a copy of log alpha: the optimiser steps the caller's temperature, "
+        "the clamp never reaches it, and alpha leaves [1e-4, 2].", source="a clamp applied to a clone")
+def update_clamps_a_copy_of_log_alpha(ref):
+    def update_step(policy, critic, target, log_alpha, optimizers, batch, **hp):
+        return ref.sac.update_step(policy, critic, target, log_alpha.clone(), optimizers, batch, **hp)
+
+    return override(ref, "sac", update_step=update_step)

@@ -628,7 +628,7 @@ def _iso(ts: float | None) -> str | None:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds") if ts else None
 
 
-_OURS = ("but should be", "modified its input", "did not return within", "raised ")
+_OURS = ("but should be", "modified its input", "left a gradient in", "did not return within", "raised ")
 _QUALIFIED = re.compile(r"^(?:[\w.]+\.)?(ImplementationError|InputMutated|OpTimeout|Failed|AssertionError): ")
 
 
