@@ -41,6 +41,14 @@ def test_ratio_golden_from_the_symptom_log(ppo):
     assert_close(ppo.ratio(new, old), [math.exp(2.11), 1.0], "PPO-RATIO-1")
 
 
+@pytest.mark.clause("PPO-RATIO-1")
+def test_ratio_past_any_log_ratio_clamp(ppo):
+    # a token 25 nats more likely than at sampling: exp(25), not exp(20) from a clamp on the log-ratio
+    old = torch.tensor([-25.0, -0.5, 0.0], dtype=torch.float64)
+    new = torch.tensor([0.0, -0.5, -25.0], dtype=torch.float64)
+    assert_close(ppo.ratio(new, old), [math.exp(25.0), 1.0, math.exp(-25.0)], "PPO-RATIO-1")
+
+
 @pytest.mark.clause("PPO-KL-1")
 @given(st_.log_prob_pairs())
 def test_approx_kl_is_mean_old_minus_new(ppo, pair):
@@ -104,6 +112,14 @@ def test_clipped_policy_loss(ppo, ra, kw):
     r, a = ra
     eps = kw["clip_eps"]
     assert_close(ppo.clipped_policy_loss(r, a, **kw), np_clipped_loss(r.numpy(), a.numpy(), eps), "PPO-LOSS-1")
+
+
+@pytest.mark.clause("PPO-LOSS-1")
+def test_clipped_policy_loss_has_no_dual_clip(ppo):
+    # r = 5 with A = -1: the seed's loss is -min(5·-1, 1.2·-1) = 5; a dual clip at c = 3 would give 3
+    r = torch.tensor([5.0, 10.0], dtype=torch.float64)
+    a = torch.tensor([-1.0, -2.0], dtype=torch.float64)
+    assert_close(ppo.clipped_policy_loss(r, a, clip_eps=0.2), (5.0 + 20.0) / 2, "PPO-LOSS-1")
 
 
 @pytest.mark.clause("PPO-LOSS-1")

@@ -462,6 +462,30 @@ def test_the_alpha_clamp_reaches_the_callers_temperature(sac):
         assert_close(out["alpha"], 2.0, "SAC-TEMP-3", what="the reported α")
 
 
+@pytest.mark.clause("SAC-TEMP-1", "SAC-STEP-1")
+def test_a_large_temperature_gradient_is_not_clipped(sac):
+    # 2000 legal actions (a vocabulary in the thousands), κ = 0.5: H − H_tgt ≈ 3.7, far past the 0.5 bound of
+    # the networks' gradient clip, which is no part of the temperature rule: SGD moves log α by −lr (H − H_tgt)
+    A, lr, kappa = 2000, 0.01, 0.5
+    z = np.zeros(A)
+    z[0] = 5.0
+    pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    h = float(-(pi * np.log(pi)).sum())  # the pre-step policy's entropy (every π above the ε-clip)
+    critic = on_device(TableTwinQ([0.0] * A, [0.0] * A))
+    target = on_device(TableTwinQ([0.0] * A, [0.0] * A).requires_grad_(False))
+    policy = on_device(TablePolicy(z.tolist()))
+    la = device_leaf(torch.tensor(0.0, dtype=torch.float64))
+    opts = {"q": _sgd(*critic.parameters(), lr=0.1), "pi": _sgd(*policy.parameters(), lr=0.1), "alpha": _sgd(la, lr=lr)}
+    legal = torch.ones(1, A, dtype=torch.bool)
+    b = {"obs": torch.zeros(1, 1, dtype=torch.float64), "next_obs": torch.zeros(1, 1, dtype=torch.float64),
+         "action": torch.tensor([0]), "reward": torch.tensor([0.0], dtype=torch.float64), "done": torch.tensor([True]),
+         "is_demo": torch.tensor([False]), "legal_mask": legal, "next_legal_mask": legal}
+    sac.update_step(policy, critic, target, la, opts, b, gamma=0.9, top_p=0.98, kappa=kappa, tau=0.5, lambda_bc=0.1,
+                    lambda_cql=0.5, use_cql=False, policy_use_topp=False, huber_delta=1.0, grad_clip=0.5)
+    assert_close(la.detach(), -lr * (h - kappa * math.log(A)), "SAC-TEMP-1",
+                 what="log α after one SGD step on the temperature loss, unclipped")
+
+
 @pytest.mark.clause("SAC-GRAD-1")
 def test_gradient_clipping_golden(sac):
     critic, *_ = _table_step(sac, grad_clip=0.5)

@@ -334,3 +334,26 @@ def losses_unclipped_objective(ref):
         return out
 
     return override(ref, "ppo", losses=losses)
+
+
+# ----------------------------------------------------------------------------- mechanisms past a threshold (issue 27, class 5)
+@mutant("PPO-RATIO-1", doc="The log-ratio clamped at ±20 before exp: a ratio past e^20 comes back as e^20.",
+        source="an overflow guard copied from an LM trainer")
+def ratio_with_log_clamp(ref):
+    def ratio(new_log_prob, old_log_prob):
+        return torch.exp((new_log_prob - old_log_prob).clamp(-20.0, 20.0))
+
+    return override(ref, "ppo", ratio=ratio)
+
+
+@mutant("PPO-LOSS-1", doc="Dual-clip PPO left on (c = 3): for a negative advantage the loss is capped at -c·A, which "
+        "changes it once the ratio passes 3.", source="dual-clip PPO (Ye et al., 2020) as a library default")
+def dual_clip_left_on(ref):
+    base = ref.ppo.clipped_policy_loss
+
+    def clipped_policy_loss(ratio, advantage, *, clip_eps):
+        per = torch.maximum(-ratio * advantage, -ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantage)
+        dual = torch.where(advantage < 0, torch.minimum(per, -3.0 * advantage), per)
+        return dual.mean() + 0.0 * base(ratio, advantage, clip_eps=clip_eps)
+
+    return override(ref, "ppo", clipped_policy_loss=clipped_policy_loss)

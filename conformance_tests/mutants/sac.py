@@ -407,3 +407,36 @@ def update_clamps_a_copy_of_log_alpha(ref):
         return ref.sac.update_step(policy, critic, target, log_alpha.clone(), optimizers, batch, **hp)
 
     return override(ref, "sac", update_step=update_step)
+
+
+# ----------------------------------------------------------------------------- mechanisms past a threshold (issue 27, class 5)
+@mutant("SAC-TEMP-1", doc="The update also clips the temperature's gradient at the networks' bound (0.5): a large "
+        "entropy gap moves log alpha by at most lr·0.5.", source="one clip_grad_norm_ over every optimiser's parameters")
+def temperature_gradient_clipped(ref):
+    def update_step(policy, critic, target, log_alpha, optimizers, batch, **hp):
+        opt, step = optimizers["alpha"], optimizers["alpha"].step
+
+        def clipped_step(*a, **k):
+            torch.nn.utils.clip_grad_norm_([log_alpha], hp.get("grad_clip", 0.5))
+            return step(*a, **k)
+
+        opt.step = clipped_step
+        try:
+            return ref.sac.update_step(policy, critic, target, log_alpha, optimizers, batch, **hp)
+        finally:
+            del opt.step
+
+    return override(ref, "sac", update_step=update_step)
+
+
+@mutant("SAC-MASK-1", doc="A float32 fast path for float64 logits above 1024 actions: a large vocabulary loses "
+        "float64 precision.", source="a vocabulary-size switch to a float32 kernel")
+def masked_softmax_float32_for_large_vocabularies(ref):
+    base = ref.sac.masked_softmax
+
+    def masked_softmax(logits, legal_mask, *, eps=1e-8):
+        if logits.shape[-1] > 1024 and logits.dtype == torch.float64:
+            return base(logits.float(), legal_mask, eps=eps).double()
+        return base(logits, legal_mask, eps=eps)
+
+    return override(ref, "sac", masked_softmax=masked_softmax)

@@ -15,11 +15,13 @@ _FINITE = dict(allow_nan=False, allow_infinity=False)
 
 
 @st.composite
-def log_prob_pairs(draw, *, max_batch: int = 16, lo: float | None = None, spread: float = 1.5):
+def log_prob_pairs(draw, *, max_batch: int = 16, lo: float | None = None, spread: float | None = None):
     """(old_log_prob, new_log_prob), float64 [B] each: log-probs in [lo, 0] and new within ±spread of old.
-    Without ``lo`` some draws reach -1e3 (a far-off-policy token: exp(old) underflows, the ratio must not)."""
+    Without ``lo`` some draws reach -1e3 (a far-off-policy token: exp(old) underflows, the ratio must not);
+    without ``spread`` most draws move by at most 1.5 and some by up to 30, past any log-ratio clamp (±20)."""
     b = draw(st.integers(1, max_batch))
     lo = draw(st.sampled_from([-8.0, -8.0, -1e3])) if lo is None else lo
+    spread = draw(st.sampled_from([1.5, 1.5, 30.0])) if spread is None else spread
     old = draw(tensors((b,), lo=lo, hi=0.0))
     delta = draw(tensors((b,), lo=-spread, hi=spread))
     return old, (old + delta).clamp_max(0.0)
@@ -27,9 +29,11 @@ def log_prob_pairs(draw, *, max_batch: int = 16, lo: float | None = None, spread
 
 @st.composite
 def ratios_and_advantages(draw, *, max_batch: int = 16):
-    """(ratio, advantage), float64 [B] each: ratios in [0.2, 3] (many inside any clip range), advantages in [-5, 5]."""
+    """(ratio, advantage), float64 [B] each: ratios in [0.2, 3] (many inside any clip range) or, in some draws,
+    up to 12 (where a dual clip at 3 would bite), advantages in [-5, 5]."""
     b = draw(st.integers(1, max_batch))
-    return draw(tensors((b,), lo=0.2, hi=3.0)), draw(tensors((b,), lo=-5.0, hi=5.0))
+    hi = draw(st.sampled_from([3.0, 3.0, 12.0]))
+    return draw(tensors((b,), lo=0.2, hi=hi)), draw(tensors((b,), lo=-5.0, hi=5.0))
 
 
 @st.composite

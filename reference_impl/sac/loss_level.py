@@ -39,13 +39,6 @@ def policy_loss_from_logits(logits, q1, q2, legal_mask, *, alpha) -> torch.Tenso
     return policy_loss(masked_softmax(logits, legal_mask), q1, q2, legal_mask, alpha=alpha)  # SAC-POL-1
 
 
-def _target_entropy(legal: torch.Tensor, kappa: float, dtype: torch.dtype) -> torch.Tensor:
-    """SAC-ENT-1 in ``dtype``: ``masking.target_entropy`` counts in the default dtype (float32), which
-    rounds κ·log|A(s)| to float32 precision before a float64 loss uses it."""
-    target_entropy(legal, kappa=kappa)  # the clause's own input checks
-    return kappa * torch.log(legal.sum(-1).to(dtype))
-
-
 def _check_batch(batch: dict) -> None:
     missing = [k for k in LOSSES_BATCH_KEYS if k not in batch]
     if missing:
@@ -90,7 +83,7 @@ def losses(policy, critic, target_critic, batch: dict, *, log_alpha: torch.Tenso
     pi = masked_softmax(policy(batch["obs"]), legal)  # SAC-MASK-1/2
     loss_actor = policy_loss(pi, q1_all.detach(), q2_all.detach(), legal, alpha=alpha)  # SAC-POL-1
     h = entropy(pi, legal)  # SAC-ENT-2
-    h_tgt = _target_entropy(legal, kappa, h.dtype)  # SAC-ENT-1
+    h_tgt = target_entropy(legal, kappa=kappa, dtype=h.dtype)  # SAC-ENT-1, in the loss's dtype
     loss_alpha = temperature_loss(log_alpha, h, h_tgt)  # SAC-TEMP-2
     return {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha,
             "entropy": h.detach().mean(), "alpha": alpha, "target_value": y}

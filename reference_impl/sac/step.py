@@ -138,7 +138,7 @@ def _pre_step_entropy(s: dict, b: dict) -> torch.Tensor:
 def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
     rows = hp["all_rows"] or (lambda x: x)  # DDP: every rank's rows, so log α moves the same on every rank
     H = rows(_pre_step_entropy(s, b))  # SAC-ENT-2
-    H_tgt = rows(target_entropy(b["legal_mask"], kappa=hp["kappa"]).to(H.dtype))  # SAC-ENT-1
+    H_tgt = rows(target_entropy(b["legal_mask"], kappa=hp["kappa"], dtype=H.dtype))  # SAC-ENT-1
     loss = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
     s["opt_alpha"].zero_grad(set_to_none=True)
     loss.backward()
