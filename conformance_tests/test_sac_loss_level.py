@@ -164,6 +164,24 @@ def test_entropy_from_logits_golden_ignores_illegal_logits(sac):
     assert_close(sac.entropy_from_logits(z_other, mask), [expected], "SAC-ENT-3", what="entropy, illegal logit changed")
 
 
+@pytest.mark.clause("SAC-ENT-3", "SAC-V-2", "SAC-POL-4")
+@pytest.mark.parametrize("actions", [1500, 6000])
+def test_logits_entry_points_on_a_large_vocabulary(sac, actions):
+    # the strategies draw a handful of actions; a library's fast path may switch algorithm or precision
+    # past a vocabulary size: the V2 vocabulary (6,000) at the working dtype's tolerance
+    dt, g = working_dtype(), torch.Generator().manual_seed(actions)
+    z = (4.0 * torch.randn(2, actions, generator=g, dtype=torch.float64)).to(dt)
+    mask = _all_legal_unless_masks(torch.rand(2, actions, generator=g) < 0.3)
+    mask[:, 0] = True
+    q1, q2 = (torch.randn(2, actions, generator=g, dtype=torch.float64).to(dt) for _ in range(2))
+    p, m = _pi(np_(z), np_(mask)), np_(mask)
+    assert_close(sac.entropy_from_logits(z, mask), _np_entropy(p, m), "SAC-ENT-3")
+    assert_close(sac.soft_value_from_logits(z, q1, q2, mask, alpha=0.3),
+                 _np_soft_value(p, np_(q1), np_(q2), m, 0.3), "SAC-V-2")
+    assert_close(sac.policy_loss_from_logits(z, q1, q2, mask, alpha=0.3), _np_policy_loss(p, np_(q1), np_(q2), m, 0.3),
+                 "SAC-POL-4")
+
+
 @pytest.mark.clause("SAC-V-2")
 @given(st.data())
 def test_soft_value_from_logits_is_the_legal_set_expectation(sac, data):
