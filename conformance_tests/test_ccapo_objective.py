@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (assert_close, assert_dtype, assert_no_grad, assert_rejects, assert_that,
                                       convention, finite_difference, grad_leaves, np_clip_fraction, reported,
-                                      tolerance)
+                                      to_numpy, tolerance)
 
 F64 = torch.float64
 
@@ -284,3 +284,26 @@ def _ccapo_dtype_calls(dtype):
 def test_outputs_keep_the_input_dtype(ccapo, dtype, index):
     op, args, kwargs = _ccapo_dtype_calls(dtype)[index]
     assert_dtype(getattr(ccapo, op)(*args, **kwargs), dtype, "CCAPO-DTYPE-1", op)
+
+
+def _ccapo_integer_calls():
+    """One call of every operation whose inputs may be integer counts, steps or returns (the contract: counts
+    may be integer tensors; scores, returns and advantages are float64 unless the inputs are another float)."""
+    i = lambda *v: torch.tensor(v)  # noqa: E731 - int64
+    return [("importance", (i(1, 3), i(2, 5)), {}), ("criticality", (i(1, 3), i(2, 5), 4, 10), {}),
+            ("distance_decay", (i(0, 3),), {}), ("macro_return", (torch.tensor([True, False]), i(3, 5)), {}),
+            ("macro_advantage", (i(9, 8, 6, -3, -5),), {})]
+
+
+@pytest.mark.clause("CCAPO-DTYPE-1")
+@pytest.mark.parametrize("index", range(5))
+def test_integer_inputs_give_float64_results(ccapo, index):
+    # an integer count promoted by a Python float lands in torch's default dtype (float32), not float64
+    op, args, kwargs = _ccapo_integer_calls()[index]
+    got = getattr(ccapo, op)(*args, **kwargs)
+    assert_dtype(got, torch.float64, "CCAPO-DTYPE-1", f"{op} of integer inputs")
+    widened = tuple(a.double() if isinstance(a, torch.Tensor) and not a.dtype.is_floating_point and a.dtype != torch.bool
+                    else a for a in args)
+    assert_close(got, to_numpy(getattr(ccapo, op)(*widened, **kwargs)), "CCAPO-DTYPE-1",
+                 what=f"{op}: integer inputs mean what their float64 values mean")
+
