@@ -15,8 +15,8 @@ claim through every operation, and behaves as a CUDA tensor does where the CPU w
   test that demands bit-equality with a CPU-computed mean fails here as it would on a GPU.
 
 A :class:`torch.overrides.TorchFunctionMode` (:func:`simulate`) turns factory calls and ``.to``/``.cuda``
-that name ``cuda:0`` into device tensors, so device-generic code (``torch.zeros(n, device=x.device)``,
-``module.to(device)``) runs unchanged. ``cuda:N`` for N > 0 is an invalid ordinal, as on a one-GPU machine.
+that name ``cuda:0`` into device tensors, and ``torch.Generator("cuda")`` into a :class:`DeviceGenerator`, so
+device-generic code (``torch.zeros(n, device=x.device)``, ``module.to(device)``) runs unchanged. ``cuda:N`` for N > 0 is an invalid ordinal, as on a one-GPU machine.
 """
 from __future__ import annotations
 
@@ -306,12 +306,35 @@ def simulate() -> Iterator[None]:
     added = DeviceTensor not in kinds
     if added:
         kinds.append(DeviceTensor)
+    torch.Generator = _Generator
     try:
         with _Simulation():
             yield
     finally:
+        torch.Generator = _REAL_GENERATOR
         if added:
             kinds.remove(DeviceTensor)
+
+
+class _GeneratorOnSim(type(torch.Generator)):
+    """The metaclass of :func:`simulate`'s ``torch.Generator``: any real generator is an instance of it."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, _REAL_GENERATOR)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, _REAL_GENERATOR)
+
+
+_REAL_GENERATOR = torch.Generator
+
+
+class _Generator(_REAL_GENERATOR, metaclass=_GeneratorOnSim):
+    """``torch.Generator(device)`` during :func:`simulate`: a :class:`DeviceGenerator` for ``cuda:0``, the
+    real thing otherwise (a trainer builds its generator where its tensors live)."""
+
+    def __new__(cls, device="cpu"):
+        return DeviceGenerator() if _is_device(device) else _REAL_GENERATOR(device)
 
 
 def generator(seed: int) -> DeviceGenerator:

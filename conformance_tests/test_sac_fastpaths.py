@@ -177,3 +177,34 @@ def test_each_device_takes_its_plan():
     with simdevice.simulate():
         d = x.to(simdevice.DEVICE)
         assert not backup.blocked(d) and backup.row_blocks(d) == [slice(0, 4000)]
+
+
+@pytest.mark.clause("SAC-COV-1", "SAC-BIGRAM-1")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_batched_text_rewards_equal_the_string_forms(seed):
+    """The environment's batched reward terms on ids against the string forms (the formulas' oracles):
+    texts shorter than the window, repeats and a small alphabet (many shared n-grams)."""
+    from reference_impl.sac import reward
+
+    g = torch.Generator().manual_seed(seed)
+    alphabet, W, n = "abcde", 12, 3
+    rows = [(int(torch.randint(0, W + 4, (), generator=g)), int(torch.randint(0, W + 4, (), generator=g)))
+            for _ in range(16)]
+    texts = [("".join(alphabet[i] for i in torch.randint(0, 5, (la,), generator=g).tolist()),
+              "".join(alphabet[i] for i in torch.randint(0, 5, (lr,), generator=g).tolist())) for la, lr in rows]
+
+    def ids(text):  # the last W characters, right-aligned after empty slots
+        tail = [alphabet.index(c) for c in text[-W:]]
+        return [reward.NO_CHAR] * (W - len(tail)) + tail
+
+    got = reward.ngram_coverage_windows(torch.tensor([ids(a) for a, _ in texts]), torch.tensor([ids(r) for _, r in texts]),
+                                        n=n)
+    want = [reward.ngram_coverage(a, r, n=n, window=W) for a, r in texts]
+    assert_close(got, torch.tensor(want, dtype=got.dtype), "SAC-COV-1", dtype=got.dtype,
+                 what="batched coverage (in the default dtype, as the environment's rewards)")
+    lexicon = {"ab", "ba", "cc", "ea"}
+    pairs = torch.tensor(sorted(alphabet.index(w[0]) * 5 + alphabet.index(w[1]) for w in lexicon))
+    prev, char = torch.randint(0, 5, (40,), generator=g), torch.randint(0, 5, (40,), generator=g)
+    got = reward.bigram_bonus_ids(prev, char, pairs, 5, lam=0.7)
+    want = [reward.bigram_bonus(alphabet[p], alphabet[c], lexicon, lam=0.7) for p, c in zip(prev.tolist(), char.tolist())]
+    assert_close(got, torch.tensor(want, dtype=got.dtype), "SAC-BIGRAM-1", dtype=got.dtype, what="batched bigram bonus")

@@ -105,3 +105,17 @@ def test_two_updates_name_their_device_and_keep_the_dtype(tmp_path, name, reques
     recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     assert recs and all(math.isfinite(v) for v in (recs[-1].get(k) for k in ("loss", "critic_loss"))
                         if isinstance(v, float))
+
+
+@pytest.mark.parametrize("name", ["ppo", "mappo", "ccapo", "isreshape", "sac"])
+def test_two_updates_on_the_simulated_gpu(tmp_path, name):
+    """The GPU path without a GPU: on the simulated CUDA device a tensor the trainer leaves on the host (the
+    env, a buffer, a generator, an evaluation table) raises where real CUDA would."""
+    import importlib
+
+    from conformance_tests import simdevice
+
+    module, small, *_ = TRAINERS[name]
+    mod = importlib.import_module(module)
+    with simdevice.simulate(), simdevice.implementation_call():  # a trainer may read its metrics on the host
+        assert mod.cli(["--updates", "2", "--out", str(tmp_path / name), "--device", "cuda", *small]) == 0

@@ -79,8 +79,12 @@ def make() -> types.SimpleNamespace:
         algo.critic2_old.module.table.load_state_dict(target_critic.q2.state_dict())
         buf = buffer(batch["obs"], batch["next_obs"], batch["action"], batch["reward"], batch["done"],
                      batch.get("truncated"))
+        grads = {p: p.grad for m in (policy, critic) for p in m.parameters()}
         with policy_within_training_step(algo.policy):
             stats = algo.update(buf, sample_size=0)  # 0: the whole buffer, in order
+        for p, g in grads.items():  # update() calls backward (and steps at lr 0): the caller's gradients, as given
+            p.grad = g
+        with policy_within_training_step(algo.policy):
             obs = Batch(obs=np.asarray(batch["obs"]), info={})
             entropy = algo.policy(obs).dist.entropy()  # the entropy update() uses (discrete_sac.py:178)
         as_tensor = lambda x: torch.tensor(float(x), dtype=log_alpha.dtype)  # noqa: E731

@@ -198,10 +198,12 @@ def stdb_update_writes_through_a_shallow_copy(ref):
     return override(ref, "ccapo", stdb_update=stdb_update)
 
 
-@mutant("CCAPO-DTYPE-1", doc="The macro return built on the integer step counts: the Python float penalty promotes "
-        "them to torch's default dtype, so R_tau comes back float32.", source="n_steps * r_penalty on int64 counts")
-def macro_return_in_the_default_dtype(ref):
+@mutant("CCAPO-DTYPE-1", doc="The macro return cast back to the dtype of its step counts: with int64 counts "
+        "R_tau is truncated (9.7 becomes 9).", source="out.to(n_steps.dtype), to keep the caller's dtype")
+def macro_return_in_the_counts_dtype(ref):
+    base = ref.ccapo.macro_return
+
     def macro_return(success, n_steps, *, r_terminal=10.0, r_penalty=-0.1):
-        return success.to(torch.get_default_dtype()) * r_terminal + n_steps * r_penalty
+        return base(success, n_steps, r_terminal=r_terminal, r_penalty=r_penalty).to(n_steps.dtype)
 
     return override(ref, "ccapo", macro_return=macro_return)

@@ -18,6 +18,11 @@ Per step (all B rows at once):
 ``reset(rows)`` restarts finished rows on fresh passages; with ``prime`` the history starts as the
 ``m`` reference characters that precede the passage: a teacher override by a whole segment g_t,
 which §2 allows, and only past text.
+
+The environment lives on the device of its source text and a step is tensor code over all rows, with
+nothing read back to the host: the texts the coverage term compares are kept as the last W character
+ids of each (``agent_win``, ``ref_win``), the bigram lexicon as sorted id pairs, and :meth:`CharEnv.texts`
+decodes the strings only when asked (evaluation).
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ import torch.nn.functional as F
 from reference_impl.sac.corpus import EOS, PAD, UNK, Corpus
 from reference_impl.sac.data import resolve_teacher_action
 from reference_impl.sac.masking import legal_set
-from reference_impl.sac.reward import bigram_bonus, info_nce, ngram_coverage, step_reward
+from reference_impl.sac.reward import NO_CHAR, bigram_bonus_ids, info_nce, ngram_coverage_windows, step_reward
 from reference_impl.sac.updates import ema_update, popart_step
 
 
@@ -73,34 +78,56 @@ class NgramEncoder(nn.Module):
 
 
 class CharEnv:
-    """B passages of ``source`` (1-D ids) rewritten in parallel; see the module docstring."""
+    """B passages of ``source`` (1-D ids) rewritten in parallel; see the module docstring.
+
+    Every tensor lives on ``source.device`` (the generator must be on it too), and a step is tensor code
+    over all rows: no Python loop over rows, no read back to the host.
+    """
 
     def __init__(self, corpus: Corpus, source: torch.Tensor, cfg: EnvConfig, *, generator: torch.Generator,
                  reward: bool = True):
         self.c, self.src, self.cfg, self.g, self.with_reward = corpus, source, cfg, generator, reward
         B, T, m, V = cfg.n_envs, cfg.horizon, cfg.history, corpus.vocab_size
         self.B, self.T, self.m, self.V = B, T, m, V
+        dev = self.device = source.device
         self.glyph = [("\x00", "\ufffd", "\n")[i] if i <= EOS else ch for i, ch in enumerate(corpus.chars)]
-        self.allowed = ~corpus.blacklist  # static part of Compliance
-        self.whitelist = torch.zeros(V, dtype=torch.bool)
-        self.whitelist[corpus.counts.argsort(descending=True)[: cfg.whitelist_size]] = True
+        first = {}
+        self.char_id = torch.tensor([first.setdefault(ch, i) for i, ch in enumerate(self.glyph)],
+                                    device=dev)  # one id per distinct glyph: the texts' characters, as ids
+        self.allowed = ~corpus.blacklist.to(dev)  # static part of Compliance
+        self.punct, self.garble = corpus.punct.to(dev), corpus.garble.to(dev)
+        self.whitelist = torch.zeros(V, dtype=torch.bool, device=dev)
+        self.whitelist[corpus.counts.argsort(descending=True)[: cfg.whitelist_size].to(dev)] = True
         self.whitelist &= self.allowed
-        self.hist = torch.full((B, m), PAD, dtype=torch.long)  # h_{t-1}: the agent's own characters
-        self.ref = torch.zeros(B, T, dtype=torch.long)  # reference passage (reward/teacher only)
-        self.prompt = torch.full((B, m), PAD, dtype=torch.long)
-        self.t = torch.zeros(B, dtype=torch.long)
-        self.agent_text = [""] * B
-        self.ref_text = [""] * B
+        self.hist = torch.full((B, m), PAD, dtype=torch.long, device=dev)  # h_{t-1}: the agent's own characters
+        self.ref = torch.zeros(B, T, dtype=torch.long, device=dev)  # reference passage (reward/teacher only)
+        self.prompt = torch.full((B, m), PAD, dtype=torch.long, device=dev)
+        self.t = torch.zeros(B, dtype=torch.long, device=dev)
+        # the texts: the executed characters (column T takes any written past the horizon), and the last W
+        # characters of the agent's and the reference text as char ids, for the coverage term
+        self.written = torch.zeros(B, T + 1, dtype=torch.long, device=dev)
+        self.agent_win = torch.full((B, cfg.window), NO_CHAR, dtype=torch.long, device=dev)
+        self.ref_win = self.agent_win.clone()
         # reward state (SAC-POPART-1: one stream per reward term and env row; SAC-NCE-3: EMA target encoder)
-        self.popart = {k: [torch.zeros(B), torch.ones(B)] for k in ("cov", "nce")}
-        self.f = NgramEncoder(V, cfg.ngram_n, cfg.nce_dim)
-        self.f_bar = NgramEncoder(V, cfg.ngram_n, cfg.nce_dim).requires_grad_(False)
+        self.popart = {k: [torch.zeros(B, device=dev), torch.ones(B, device=dev)] for k in ("cov", "nce")}
+        self.f = NgramEncoder(V, cfg.ngram_n, cfg.nce_dim).to(dev)
+        self.f_bar = NgramEncoder(V, cfg.ngram_n, cfg.nce_dim).to(dev).requires_grad_(False)
         self.f_bar.load_state_dict(self.f.state_dict())
         self.f_opt = torch.optim.Adam(self.f.parameters(), lr=cfg.nce_lr)
+        self.pairs = self._lexicon_pairs() if reward else None  # SAC-BIGRAM-1's L as id pairs
         with torch.no_grad():
-            starts = torch.randint(0, len(source) - cfg.ngram_n, (cfg.nce_queue,), generator=generator)
-            self.queue = self.f_bar(source[starts[:, None] + torch.arange(cfg.ngram_n)])  # negatives [K, d]
+            starts = torch.randint(0, len(source) - cfg.ngram_n, (cfg.nce_queue,), generator=generator, device=dev)
+            self.queue = self.f_bar(source[starts[:, None] + torch.arange(cfg.ngram_n, device=dev)])  # negatives [K, d]
         self.reset()
+
+    def _lexicon_pairs(self) -> torch.Tensor:
+        """Sorted keys p·V + c of the id pairs whose glyphs spell a word of the lexicon (for bigram_bonus_ids)."""
+        ids: dict[str, list[int]] = {}
+        for i, ch in enumerate(self.glyph):
+            ids.setdefault(ch, []).append(i)
+        keys = {p * self.V + c for w in self.c.lexicon if len(w) == 2
+                for p in ids.get(w[0], ()) for c in ids.get(w[1], ())}
+        return torch.tensor(sorted(keys), dtype=torch.long, device=self.device)
 
     # ------------------------------------------------------------------ observation, legality
     def observe(self) -> torch.Tensor:
@@ -109,76 +136,96 @@ class CharEnv:
 
     def legal_mask(self, obs: torch.Tensor | None = None) -> torch.Tensor:
         """A(s) for each row of ``obs`` (default: the current histories), [N, V] bool."""
-        return compliance_mask(self.hist if obs is None else obs, allowed=self.allowed, punct=self.c.punct,
+        return compliance_mask(self.hist if obs is None else obs, allowed=self.allowed, punct=self.punct,
                                whitelist=self.whitelist, min_legal=self.cfg.min_legal)
 
     # ------------------------------------------------------------------ episode control
     def reset(self, rows: torch.Tensor | None = None, starts: torch.Tensor | None = None) -> torch.Tensor:
-        """Restart ``rows`` (bool [B], default all) on passages starting at ``starts`` (random by default)."""
-        rows = torch.ones(self.B, dtype=torch.bool) if rows is None else rows.bool()
-        idx = rows.nonzero().flatten()
-        if len(idx):
-            if starts is None:
-                starts = torch.randint(self.m, len(self.src) - self.T, (len(idx),), generator=self.g)
-            self.ref[idx] = self.src[starts[:, None] + torch.arange(self.T)]
-            self.prompt[idx] = self.src[starts[:, None] - self.m + torch.arange(self.m)]
-            self.hist[idx] = self.prompt[idx] if self.cfg.prime else PAD
-            self.t[idx] = 0
-            for b in idx.tolist():
-                self.ref_text[b] = self._text(self.prompt[b]) if self.cfg.prime else ""
-                self.agent_text[b] = self.ref_text[b]
+        """Restart ``rows`` (bool [B], default all) on passages starting at ``starts`` ([B]; random by default;
+        the entries of the other rows are not read). Draws a start for every row, so that which rows restart
+        is never read back to the host."""
+        rows = torch.ones(self.B, dtype=torch.bool, device=self.device) if rows is None else rows.bool()
+        if starts is None:
+            starts = torch.randint(self.m, len(self.src) - self.T, (self.B,), generator=self.g, device=self.device)
+        ref = self.src[starts[:, None] + torch.arange(self.T, device=self.device)]
+        prompt = self.src[starts[:, None] - self.m + torch.arange(self.m, device=self.device)]
+        prime = self._prime_window(prompt) if self.cfg.prime else torch.full_like(self.agent_win, NO_CHAR)
+        r = rows[:, None]
+        self.ref, self.prompt = torch.where(r, ref, self.ref), torch.where(r, prompt, self.prompt)
+        self.hist = torch.where(r, prompt if self.cfg.prime else torch.full_like(prompt, PAD), self.hist)
+        self.agent_win = torch.where(r, prime, self.agent_win)  # both texts start as the prime
+        self.ref_win = torch.where(r, prime, self.ref_win)
+        self.t = torch.where(rows, 0, self.t)
         return self.observe()
 
-    def _text(self, ids: torch.Tensor) -> str:
-        return "".join(self.glyph[i] for i in ids.tolist() if i != PAD)
+    def _prime_window(self, prompt: torch.Tensor) -> torch.Tensor:
+        """The prime as the texts hold it, in the coverage window: its characters other than <pad>, in order,
+        right-aligned in W slots (NO_CHAR before)."""
+        m, W = self.m, self.cfg.window
+        kept, order = (prompt != PAD).long().sort(dim=1, stable=True)  # <pad> first, the rest in order
+        chars = torch.where(kept.bool(), self.char_id[prompt.gather(1, order)], NO_CHAR)
+        if m >= W:
+            return chars[:, m - W:]
+        return torch.cat([torch.full((len(prompt), W - m), NO_CHAR, dtype=torch.long, device=self.device), chars], 1)
+
+    def texts(self) -> tuple[list[str], list[str]]:
+        """(agent text, reference text) of every row: the prime (without <pad>) and the t characters written
+        since (at most T). A read back to the host: for evaluation and logs, not the step loop."""
+        prompt, written, ref, t = (x.tolist() for x in (self.prompt, self.written, self.ref, self.t))
+        g = self.glyph
+        agent_texts, ref_texts = [], []
+        for p, w, r, n in zip(prompt, written, ref, t):
+            prime = "".join(g[i] for i in p if i != PAD) if self.cfg.prime else ""
+            agent_texts.append(prime + "".join(g[i] for i in w[: min(n, self.T)]))
+            ref_texts.append(prime + "".join(g[i] for i in r[: min(n, self.T)]))
+        return agent_texts, ref_texts
 
     def teacher_action(self) -> torch.Tensor:
         """The reference's next character per row (teacher only; never part of the observation)."""
         return self.ref.gather(1, self.t.clamp_max(self.T - 1)[:, None]).squeeze(1)
 
-    def step(self, action: torch.Tensor, teacher: torch.Tensor | None = None):
-        """Write one character per row. ``teacher`` (bool [B]) asks for a teacher override.
+    def step(self, action: torch.Tensor, teacher: torch.Tensor | None = None, legal: torch.Tensor | None = None):
+        """Write one character per row. ``teacher`` (bool [B]) asks for a teacher override; ``legal`` is A(s_t)
+        when the caller has already built it (for acting), :meth:`legal_mask` otherwise.
 
         Returns ``(obs, reward, done, info)``; finished rows keep their terminal observation until
         :meth:`reset` is called on them.
         """
-        B, cfg = self.B, self.cfg
-        legal = self.legal_mask()
-        teacher = torch.zeros(B, dtype=torch.bool) if teacher is None else teacher.bool()
+        B, cfg, dev = self.B, self.cfg, self.device
+        legal = self.legal_mask() if legal is None else legal
+        teacher = torch.zeros(B, dtype=torch.bool, device=dev) if teacher is None else teacher.bool()
         t_act, accepted, relabeled = resolve_teacher_action(self.teacher_action(), legal,
                                                             mode=cfg.teacher_mode)  # SAC-TEACHER-1
         is_teacher = teacher & accepted
         a = torch.where(is_teacher, t_act, action.long())
         illegal = ~legal.gather(1, a[:, None]).squeeze(1)  # ill_t = 1[a_t ∉ A(s_t)] (SAC-REWARD-1)
-        garble = self.c.garble[a]
+        garble = self.garble[a]
         prev_ref = torch.where(self.t > 0, self.ref.gather(1, (self.t - 1).clamp_min(0)[:, None]).squeeze(1),
                                self.prompt[:, -1])  # s_{t-1}^{(1)}: the previous target character
         cur_ref = self.teacher_action()
-        self.hist = torch.cat([self.hist[:, 1:], a[:, None]], dim=1)  # h_t = shift_append(h_{t-1}, a_t)
-        chars = [self.glyph[i] for i in a.tolist()]  # one conversion per step, not one per row
-        for b, i in enumerate(cur_ref.tolist()):
-            self.agent_text[b] += chars[b]
-            self.ref_text[b] += self.glyph[i]
+        self.hist = _shift_append(self.hist, a)  # h_t = shift_append(h_{t-1}, a_t)
+        self.written.scatter_(1, self.t.clamp_max(self.T)[:, None], a[:, None])
+        self.agent_win = _shift_append(self.agent_win, self.char_id[a])  # the texts grow by a_t and the
+        self.ref_win = _shift_append(self.ref_win, self.char_id[cur_ref])  # reference's character
         self.t += 1
         info = {"action": a, "is_teacher": is_teacher, "is_relabeled": is_teacher & relabeled,
                 "teacher_rejected": teacher & ~accepted, "illegal": illegal, "garble": garble}
         if self.with_reward:
-            reward, hard_done, parts = self._reward(a, chars, prev_ref, illegal, garble)
+            reward, hard_done, parts = self._reward(a, prev_ref, illegal, garble)
             info.update(parts)
         else:
-            reward, hard_done = torch.zeros(B), illegal & cfg.illegal_done
+            reward, hard_done = torch.zeros(B, device=dev), illegal & cfg.illegal_done
         done = hard_done | (self.t >= self.T)
         info["early"] = hard_done & (self.t < self.T)
         return self.observe(), reward, done, info
 
     # ------------------------------------------------------------------ reward (§5)
-    def _reward(self, a, chars, prev_ref, illegal, garble):
+    def _reward(self, a, prev_ref, illegal, garble):
         cfg, n = self.cfg, self.cfg.ngram_n
-        cov = torch.tensor([ngram_coverage(self.agent_text[b], self.ref_text[b], n=n, window=cfg.window)
-                            for b in range(self.B)])  # SAC-COV-1
+        cov = ngram_coverage_windows(self.agent_win, self.ref_win, n=n)  # SAC-COV-1 over the last W characters
         agent_ng = self.hist[:, -n:]
-        ref_ng = torch.cat([self.prompt, self.ref], 1).gather(1, (self.t[:, None] + self.m - n
-                                                                  + torch.arange(n)).clamp_max(self.m + self.T - 1))
+        ref_ng = torch.cat([self.prompt, self.ref], 1).gather(
+            1, (self.t[:, None] + self.m - n + torch.arange(n, device=self.device)).clamp_max(self.m + self.T - 1))
         with torch.no_grad():
             pos = self.f_bar(ref_ng)
             nce = info_nce(self.f(agent_ng), pos, self.queue, tau=cfg.nce_tau)  # SAC-NCE-1, SAC-NCE-2
@@ -187,8 +234,7 @@ class CharEnv:
         r, hard_done = step_reward(cov_n, nce_n, garble, illegal, lam_cov=cfg.lambda_cov, lam_nce=cfg.lambda_nce,
                                    lam_gar=cfg.lambda_gar, lam_ill=cfg.lambda_ill,
                                    illegal_done=cfg.illegal_done)  # SAC-REWARD-1, SAC-REWARD-2
-        bonus = torch.tensor([bigram_bonus(self.glyph[p], ch, self.c.lexicon, lam=cfg.lambda_bigram)
-                              for p, ch in zip(prev_ref.tolist(), chars)])  # SAC-BIGRAM-1
+        bonus = bigram_bonus_ids(prev_ref, a, self.pairs, self.V, lam=cfg.lambda_bigram)  # SAC-BIGRAM-1
         bonus = torch.where(hard_done, torch.zeros_like(bonus), bonus)  # SAC-REWARD-2: a hard stop pays exactly -λ_ill
         return r + bonus, hard_done, {"cov": cov, "nce": nce, "bonus": bonus}  # bonus into the soft part (SAC-BIGRAM-1)
 
@@ -211,9 +257,9 @@ class CharEnv:
                 pb.copy_(ema_update(pb, p, m=self.cfg.nce_momentum))  # SAC-NCE-3
         self.queue = torch.cat([pos, self.queue])[: self.cfg.nce_queue]  # FIFO of past positives
 
-    def popart_stats(self, reward: torch.Tensor | None = None) -> dict[str, float]:
-        """Mean over the row streams of μ and σ per reward term (the PopArt panel of §11), and the mean
-        of ``reward`` if given, converted in one call."""
+    def popart_summary(self, reward: torch.Tensor | None = None) -> tuple[list[str], torch.Tensor]:
+        """The PopArt panel of §11 as names and one vector on the device: the mean over the row streams of
+        μ and σ per reward term, and the mean of ``reward`` if given (the caller reads it when it likes)."""
         names, vals = [], []
         for k, (mu, var) in self.popart.items():
             names += [f"popart_{k}_mu", f"popart_{k}_sigma"]
@@ -221,19 +267,40 @@ class CharEnv:
         if reward is not None:
             names.append("reward_mean")
             vals.append(reward.float().mean().to(vals[0].dtype))
-        return dict(zip(names, torch.stack(vals).tolist()))
+        return names, torch.stack(vals)
+
+    def popart_stats(self, reward: torch.Tensor | None = None) -> dict[str, float]:
+        """:meth:`popart_summary` as floats, converted in one call."""
+        names, vals = self.popart_summary(reward)
+        return dict(zip(names, vals.tolist()))
 
     def state_dict(self) -> dict:
-        """The learned reward state (episodes themselves restart on resume)."""
-        return {"popart": self.popart, "f": self.f.state_dict(), "f_bar": self.f_bar.state_dict(),
-                "f_opt": self.f_opt.state_dict(), "queue": self.queue}
+        """The learned reward state, on the host (episodes themselves restart on resume)."""
+        return _to_host({"popart": self.popart, "f": self.f.state_dict(), "f_bar": self.f_bar.state_dict(),
+                         "f_opt": self.f_opt.state_dict(), "queue": self.queue})
 
     def load_state_dict(self, s: dict) -> None:
-        self.popart = s["popart"]
+        self.popart = {k: [x.to(self.device) for x in v] for k, v in s["popart"].items()}
         self.f.load_state_dict(s["f"])
         self.f_bar.load_state_dict(s["f_bar"])
-        self.f_opt.load_state_dict(s["f_opt"])
-        self.queue = s["queue"]
+        self.f_opt.load_state_dict(s["f_opt"])  # moves the moments to the parameters' device
+        self.queue = s["queue"].to(self.device)
+
+
+def _shift_append(x: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Drop the oldest column of ``x`` [B, k] and append ``new`` [B]."""
+    return torch.cat([x[:, 1:], new[:, None]], dim=1)
+
+
+def _to_host(obj):
+    """A nested state with every tensor copied to the host (checkpoints load on any device)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_host(v) for v in obj)
+    return obj
 
 
 def compliance_mask(hist: torch.Tensor, *, allowed: torch.Tensor, punct: torch.Tensor, whitelist: torch.Tensor,

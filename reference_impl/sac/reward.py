@@ -76,3 +76,43 @@ def shaped_reward(reward, phi_s, phi_next, done, *, gamma: float) -> torch.Tenso
     """
     _checks.in_range(gamma, 0.0, 1.0, "SAC-INPUT-4", "gamma", hi_open=True)
     return reward + gamma * (1.0 - done.to(reward.dtype)) * phi_next - phi_s
+
+
+# ---------------------------------------------------------------------------------------------- batched forms
+# The environment computes the two text terms above for all of its rows at once, on ids, on the training
+# device. Same values as the string forms (the environment's differential check holds them to those).
+NO_CHAR = -1  # an empty slot before a text shorter than its window
+
+
+def ngram_coverage_windows(agent: torch.Tensor, ref: torch.Tensor, *, n: int = 3) -> torch.Tensor:
+    r"""cov_t of :func:`ngram_coverage` for every row: ``agent`` and ``ref`` [B, W] hold the last W characters
+    of each row's two texts as ids (equal ids for equal characters), right-aligned after :data:`NO_CHAR`
+    slots where a text is shorter than W. Equals ``ngram_coverage(agent_text, ref_text, n=n, window=W)``
+    per row, in the default float dtype.
+
+    Implements: SAC-COV-1.
+    """
+    if n < 1 or agent.shape[-1] < n:
+        raise ValueError(f"[SAC-COV-1] need 1 <= n <= window, got n={n}, window={agent.shape[-1]}")
+    P = agent.shape[-1] - n + 1  # n-grams per window; right-aligned, one is whole iff its first slot is
+    eq = (agent[..., :, None] == ref[..., None, :]) & (ref != NO_CHAR)[..., None, :]  # [B, W, W] character matches
+    same = eq[..., :P, :P].clone()  # same[b, i, j]: agent n-gram i equals reference n-gram j, slot by slot
+    for k in range(1, n):
+        same &= eq[..., k:k + P, k:k + P]
+    a_whole = agent[..., :P] != NO_CHAR
+    hits, count = (same.any(-1) & a_whole).sum(-1), a_whole.sum(-1)  # x ∈ G_t, with multiplicity over S_t
+    return torch.where(count > 0, hits / count.clamp_min(1), 0.0)  # no n-gram yet: 0
+
+
+def bigram_bonus_ids(prev: torch.Tensor, char: torch.Tensor, pairs: torch.Tensor, vocab: int, *,
+                     lam: float = 1.0) -> torch.Tensor:
+    r""":func:`bigram_bonus` for every row, on ids: λ_bigram · 1[prev·V + char ∈ ``pairs``], with ``pairs`` the
+    sorted keys p·V + c of the id pairs whose characters form a word of L (V = ``vocab``).
+
+    Implements: SAC-BIGRAM-1.
+    """
+    key = prev * vocab + char
+    if pairs.numel() == 0:
+        return torch.zeros(key.shape, device=key.device)
+    at = torch.searchsorted(pairs, key).clamp_max(pairs.numel() - 1)
+    return (pairs[at] == key) * lam

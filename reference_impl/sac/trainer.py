@@ -12,10 +12,11 @@ rows, temperature step on log α, soft target update. Every math line calls a pu
 consistency of free generation, against a unigram-frequency baseline (the figures of SAC-GATE-3
 and SAC-GATE-7; the multi-run gates -2 and -8 come from ``reference_impl.sac.suite``).
 
-The corpus, the environments and the replay buffers are CPU tensor code (the host side); the
-networks, the legal masks (built from the env's compliance tables, copied to the device once),
-action sampling and the update run on ``--device`` in ``--dtype``. The input guards check the
-first gradient step's batch and are then switched off (each guard reads a value back to the host).
+Everything after the corpus is read lives on ``--device``: the passages, the environments (legal
+masks, rewards, teacher), the replay buffers and their draws, action sampling, the update (in
+``--dtype``) and the evaluation. The loop reads back to the host once per update, after the gradient
+step (its diagnostics and the step's counts), and never loops over rows in Python. The input guards
+check the first gradient step's batch and are then switched off (each guard reads a value back).
 Data-parallel: ``torchrun --nproc_per_node N -m reference_impl.sac.trainer ...``: each process writes its own
 ``env.n_envs`` passages into its own buffers (per-rank seed), DDP averages the critic and policy
 gradients of the per-process batches, the temperature step sees the entropies of all ranks, and
@@ -30,6 +31,7 @@ import functools
 import math
 import time
 
+import numpy as np
 import torch
 
 from reference_impl import _checks
@@ -43,11 +45,10 @@ from reference_impl.sac.masking import masked_softmax
 from reference_impl.sac.nets import PolicyNet, TwinQ
 from reference_impl.sac.quality import attested_share, ngram_set, paragraph_consistency
 from reference_impl.sac.reward import ngram_coverage
-from reference_impl.sac.replay import Replay, merge
+from reference_impl.sac.replay import Replay, sample_mixed
 from reference_impl.sac.step import update_step
 
 D = defaults()
-HOST = torch.device("cpu")  # the corpus, CharEnv, the replay buffers and the evaluation are CPU tensor code
 
 
 @dataclasses.dataclass
@@ -119,8 +120,8 @@ def build(cfg: Config, d: ddp.Dist, dtype: torch.dtype = torch.float32):
     corpus = load_corpus(vocab_size=cfg.vocab_size, max_lines=cfg.max_lines, heldout_frac=cfg.heldout_frac)
     seed_everything(cfg.seed)  # network initialisation: the same on every rank
     seed = ddp.rank_seed(cfg.seed, d.rank)
-    g = torch.Generator().manual_seed(seed)  # host side: passages, teacher coins, replay draws of this rank
-    g_act = torch.Generator(device).manual_seed(seed)  # the policy's action samples, on the trainer's device
+    g = torch.Generator(device).manual_seed(seed)  # passages, teacher coins, replay draws of this rank
+    g_act = torch.Generator(device).manual_seed(_stream_seed(seed, 1))  # action samples: a stream of their own
     V, enc = corpus.vocab_size, {"kind": cfg.encoder, "window": cfg.env.history}
     policy = PolicyNet(V, cfg.d_model, cfg.gru_hidden, **enc).to(device, dtype)
     critic = TwinQ(V, cfg.d_model, cfg.gru_hidden, **enc).to(device, dtype)
@@ -134,20 +135,26 @@ def build(cfg: Config, d: ddp.Dist, dtype: torch.dtype = torch.float32):
         "opt_pi": torch.optim.Adam(policy.parameters(), lr=cfg.lr_pi),
         "opt_q": torch.optim.Adam(critic.parameters(), lr=cfg.lr_q),
         "opt_alpha": ALPHA_OPTIMIZERS[cfg.alpha_optimizer]([log_alpha], lr=cfg.lr_alpha),
-        "env": (env := CharEnv(corpus, corpus.train, cfg.env, generator=g)),
+        "env": (env := CharEnv(corpus, corpus.train.to(device), cfg.env, generator=g)),
         "legal": device_legal_mask(env, device),
-        "agent_buf": Replay(cfg.buffer_capacity, cfg.env.history),
-        "demo_buf": Replay(cfg.buffer_capacity, cfg.env.history),
+        "agent_buf": Replay(cfg.buffer_capacity, cfg.env.history, device),
+        "demo_buf": Replay(cfg.buffer_capacity, cfg.env.history, device),
         "count": {"env_steps": 0, "illegal": 0, "episodes": 0, "early": 0, "teacher": 0, "relabeled": 0,
                   "rejected": 0, "agent_steps": 0, "agent_bonus_hits": 0, "seconds": 0.0},
     }
     return s
 
 
+def _stream_seed(seed: int, stream: int) -> int:
+    """A 32-bit seed for another random stream of a rank: generators on one device type seeded alike draw
+    alike (and a CPU generator keeps only 32 bits of its seed)."""
+    return int(np.random.SeedSequence(seed, spawn_key=(stream,)).generate_state(1)[0])
+
+
 def device_legal_mask(env: CharEnv, device: torch.device):
-    """obs [N, m] on ``device`` -> A(s) [N, V] built there: the env's compliance tables copied once, so
-    no mask crosses the bus per update (SAC-LEGAL-1, SAC-LEGAL-2)."""
-    return functools.partial(compliance_mask, allowed=env.allowed.to(device), punct=env.c.punct.to(device),
+    """obs [N, m] on ``device`` -> A(s) [N, V] built there from the env's compliance tables (copied once
+    if the env lives elsewhere), so no mask crosses the bus per update (SAC-LEGAL-1, SAC-LEGAL-2)."""
+    return functools.partial(compliance_mask, allowed=env.allowed.to(device), punct=env.punct.to(device),
                              whitelist=env.whitelist.to(device), min_legal=env.cfg.min_legal)
 
 
@@ -203,27 +210,27 @@ def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
 # ---------------------------------------------------------------------------------------------- evaluation
 def _scores_policy(policy, dev):
     def score(obs: torch.Tensor) -> torch.Tensor:
-        return policy(obs.to(dev)).float().cpu()  # the evaluation runs on the host, in float32 or wider
+        return policy(obs.to(dev)).float()  # the evaluation runs in float32 or wider
     return score
 
 
 def _scores_unigram(corpus: Corpus):
     def score(obs: torch.Tensor) -> torch.Tensor:
-        return corpus.counts.float().log1p().expand(len(obs), -1)
+        return corpus.counts.to(obs.device).float().log1p().expand(len(obs), -1)
     return score
 
 
 @torch.no_grad()
-def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config) -> dict:
+def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config, *, device: torch.device | str = "cpu") -> dict:
     """Held-out next-character hits (teacher-forced windows) and free-generation 4-gram coverage.
 
-    ``score(obs) -> logits [N, V]`` on the host; the legal mask and the ε-clipped masked softmax of
-    the policy apply to both the policy and the unigram baseline.
+    ``score(obs) -> logits [N, V]`` on ``device``, where the whole evaluation runs; the legal mask and
+    the ε-clipped masked softmax of the policy apply to both the policy and the unigram baseline.
     """
-    held, m = corpus.heldout, env_cfg.history
-    g = torch.Generator().manual_seed(1234)  # the same positions and passages at every evaluation
-    pos = torch.randint(m, len(held), (cfg.eval_positions,), generator=g, device=HOST)
-    obs = held[pos[:, None] - m + torch.arange(m, device=HOST)]
+    held, m, dev = corpus.heldout.to(device), env_cfg.history, torch.device(device)
+    g = torch.Generator(dev).manual_seed(1234)  # the same positions and passages at every evaluation
+    pos = torch.randint(m, len(held), (cfg.eval_positions,), generator=g, device=dev)
+    obs = held[pos[:, None] - m + torch.arange(m, device=dev)]
     ev_cfg = dataclasses.replace(env_cfg, n_envs=cfg.eval_passages, horizon=cfg.eval_len)
     ev = CharEnv(corpus, held, ev_cfg, generator=g, reward=False)
     pi = masked_softmax(score(obs), ev.legal_mask(obs))  # SAC-MASK-1, SAC-MASK-2
@@ -231,21 +238,22 @@ def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config) -> dict:
     tgt = held[pos]
     hit1 = (top[:, 0] == tgt) & (tgt != UNK)
     hit3 = (top == tgt[:, None]).any(-1) & (tgt != UNK)
-    starts = torch.randint(m, len(held) - cfg.eval_len, (cfg.eval_passages,), generator=g, device=HOST)
+    starts = torch.randint(m, len(held) - cfg.eval_len, (cfg.eval_passages,), generator=g, device=dev)
     o = ev.reset(starts=starts)
-    tail_dirty = torch.zeros(cfg.eval_passages, dtype=torch.bool, device=HOST)
+    tail_dirty = torch.zeros(cfg.eval_passages, dtype=torch.bool, device=dev)
     for _ in range(cfg.eval_len):
         legal = ev.legal_mask()
         a = masked_softmax(score(o), legal).argmax(-1)  # greedy writing
-        o, _, done, info = ev.step(a)
+        o, _, done, info = ev.step(a, legal=legal)
         tail_dirty = info["garble"] | info["illegal"]
         if bool(done.all()):
             break
-    cov = [ngram_coverage(ev.agent_text[b], ev.ref_text[b], n=cfg.eval_ngram, window=cfg.eval_len)
-           for b in range(cfg.eval_passages)]  # SAC-COV-1 with n = 4 on held-out text
-    written = [a[len(r) - t:] for a, r, t in zip(ev.agent_text, ev.ref_text, ev.t.tolist())]  # without the prime
+    agent_text, ref_text = ev.texts()  # one read back to the host
+    cov = [ngram_coverage(a, r, n=cfg.eval_ngram, window=cfg.eval_len)
+           for a, r in zip(agent_text, ref_text)]  # SAC-COV-1 with n = 4 on held-out text
+    written = [a[len(r) - t:] for a, r, t in zip(agent_text, ref_text, ev.t.tolist())]  # without the prime
     cons = [paragraph_consistency(text, corpus.lexicon) for text in written]  # our score of SAC-GATE-7
-    attested = ngram_set(corpus.decode(held), cfg.eval_ngram)  # every 4-gram of the held-out split
+    attested = ngram_set(corpus.decode(corpus.heldout), cfg.eval_ngram)  # every 4-gram of the held-out split
     att = [attested_share(text, attested, cfg.eval_ngram) for text in written]  # a diagnostic, not gated
     hits = torch.stack([hit1.float().mean(), hit3.float().mean(), tail_dirty.sum().float()]).tolist()
     return {"top1_hit": hits[0], "top3_hit": hits[1], "coverage": sum(cov) / len(cov),
@@ -254,22 +262,33 @@ def evaluate(score, corpus: Corpus, env_cfg: EnvConfig, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the loop
-def _lend_quota(n_agent: int, n_demo: int, have_agent: int, have_demo: int) -> tuple[int, int]:
-    """An empty buffer lends its quota to the other (warm-up, when the teacher writes nearly every
-    step, or a run without teacher); otherwise the ρ split stands (sampling is with replacement)."""
-    if have_agent == 0:
-        return 0, n_agent + n_demo
-    if have_demo == 0:
-        return n_agent + n_demo, 0
-    return n_agent, n_demo
-
-
 GATE3_FIGURES = ("top1_hit", "top3_hit", "coverage")  # §10: each must beat the baseline by 10 points
+# the agent_bonus_hits count is the agent's own lexicon bigrams (SAC-BIGRAM-1), for bigram_hit_rate
+COUNTS = ("illegal", "episodes", "early", "teacher", "relabeled", "rejected", "agent_steps", "agent_bonus_hits")
 
 
-def _eval_record(s: dict, base: dict, baseline: dict, cfg: Config, device: str, t0: float) -> dict:
+def sample_actions(pi: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One action per row of ``pi`` [N, V] by inverse CDF, in float64 (the ε-clipped entries keep their
+    mass). ``torch.multinomial`` draws from the same distribution but reads ``pi`` back to validate it."""
+    cdf = pi.double().cumsum(-1)
+    u = torch.rand(len(pi), 1, generator=generator, device=pi.device, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_max(pi.shape[-1] - 1)
+
+
+def _step_stats(info: dict, done: torch.Tensor, env: CharEnv, reward: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+    """The step's :data:`COUNTS` and the PopArt panel, as one float64 vector on the device: read once,
+    after the update, when the read waits for nothing."""
+    demo = info["is_teacher"]
+    counts = torch.stack([info["illegal"].sum(), done.sum(), info["early"].sum(), demo.sum(),
+                          info["is_relabeled"].sum(), info["teacher_rejected"].sum(), (~demo).sum(),
+                          ((info["bonus"] > 0) & ~demo).sum()])
+    names, popart = env.popart_summary(reward)
+    return names, torch.cat([counts.double(), popart.double()])
+
+
+def _eval_record(s: dict, base: dict, baseline: dict, cfg: Config, device: torch.device, t0: float) -> dict:
     """Held-out figures of the current policy, the baseline's, and the smallest gain in points."""
-    ev = evaluate(_scores_policy(s["policy"], device), s["corpus"], cfg.env, cfg)
+    ev = evaluate(_scores_policy(s["policy"], device), s["corpus"], cfg.env, cfg, device=device)
     gains = [ev[k] - base[k] for k in GATE3_FIGURES]
     return {**ev, **baseline, "ood_gain_pp": 100 * min(gains),  # SAC-GATE-3: the smallest of the three gains
             "consistency_gain_pp": 100 * (ev["consistency"] - base["consistency"]),  # SAC-GATE-7
@@ -285,10 +304,10 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
     start = _restore(s, ck) if resume and (ck := rd.load()) is not None else 0
     env, corpus, g, cnt = s["env"], s["corpus"], s["g"], s["count"]
     if d.is_writer:  # rank 0 evaluates; the others only train
-        base = evaluate(_scores_unigram(corpus), corpus, cfg.env, cfg)  # unigram-frequency baseline
+        base = evaluate(_scores_unigram(corpus), corpus, cfg.env, cfg, device=device)  # unigram-frequency baseline
         baseline = {f"baseline_{k}": base[k] for k in (*GATE3_FIGURES, "consistency", "heldout_4gram_share")}
     obs, B, t0 = env.observe(), cfg.env.n_envs, time.time() - cnt["seconds"]  # minutes carry over a resume
-    last, guards_off = {}, False
+    last, learning, guards_off = {}, False, False
     if start == 0 and d.is_writer:  # the untrained policy: the start of every learning curve
         rec0 = _eval_record(s, base, baseline, cfg, device, t0)
         rec0.pop("sample")
@@ -296,50 +315,51 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
     with contextlib.ExitStack() as stack:  # holds validation(False) once the first batch has passed; undone on exit
         for update in progress(range(start + 1, updates + 1), total=updates - start, desc="sac", initial=0,
                                disable=None if d.is_writer else True):
-            # --- act: the masked, ε-clipped softmax of the policy, sampled on the device; the teacher
-            # (host side) overrides a share of rows
+            # --- act: the masked, ε-clipped softmax of the policy, sampled; the teacher overrides a share of rows
             ratio = dagger_teacher_ratio(cnt["env_steps"], start=cfg.dagger_start, end=cfg.dagger_end,
                                          horizon=cfg.dagger_horizon)  # SAC-DAGGER-1
             with torch.no_grad():
-                o_dev = obs.to(device)
-                pi = masked_softmax(s["policy"](o_dev), s["legal"](o_dev))  # SAC-MASK-1, SAC-MASK-2
-                action = torch.multinomial(pi.float(), 1, generator=s["g_act"]).squeeze(1).cpu()  # one transfer per step
-            teacher = torch.rand(B, generator=g, device=HOST) < ratio
-            next_obs, reward, done, info = env.step(action, teacher)
+                legal = env.legal_mask()  # A(s_t), for the policy and the step
+                pi = masked_softmax(s["policy"](obs), legal)  # SAC-MASK-1, SAC-MASK-2
+                action = sample_actions(pi, s["g_act"])
+            teacher = torch.rand(B, generator=g, device=device) < ratio
+            next_obs, reward, done, info = env.step(action, teacher, legal=legal)
 
             # --- dual buffer: teacher steps are demo rows (is_demo = 1), the rest agent rows
             demo = info["is_teacher"]
             tr = {"obs": obs, "action": info["action"], "reward": reward, "next_obs": next_obs, "done": done,
                   "is_demo": demo, "is_relabeled": info["is_relabeled"]}
-            s["demo_buf"].add(**{k: v[demo] for k, v in tr.items()})
-            s["agent_buf"].add(**{k: v[~demo] for k, v in tr.items()})
-            counts = torch.stack([info["illegal"].sum(), done.sum(), info["early"].sum(), demo.sum(),
-                                  info["is_relabeled"].sum(), info["teacher_rejected"].sum(), (~demo).sum(),
-                                  ((info["bonus"] > 0) & ~demo).sum()]).tolist()  # host tensors, one conversion
+            s["demo_buf"].add(tr, keep=demo)
+            s["agent_buf"].add(tr, keep=~demo)
+            stat_names, stats = _step_stats(info, done, env, reward)
             cnt["env_steps"] += B
-            for key, n in zip(COUNTS, counts):
-                cnt[key] += n  # ints already: the stack above is a long tensor
             obs = env.reset(done)
 
-            # --- learn on a ρ : (1 - ρ) agent/demo batch (every rank has the same number of rows stored)
+            # --- learn on a ρ : (1 - ρ) agent/demo batch (every rank has the same number of rows stored);
+            # the buffers only grow, so their counts are read only until learning starts
+            learning = learning or len(s["agent_buf"]) + len(s["demo_buf"]) >= cfg.learning_starts
+            diag = {}
+            if learning:
+                n_agent, n_demo = mix_counts(cfg.batch_size, rho=cfg.rho)  # SAC-MIX-1
+                batch = sample_mixed(s["agent_buf"], s["demo_buf"], n_agent, n_demo, g)
+                diag = sac_update(s, batch, cfg)  # reads its diagnostics back: the update's one sync
+                if not guards_off:  # the first batch passed every input guard: the hot loop runs without them
+                    stack.enter_context(_checks.validation(False))
+                    guards_off = True
+
+            # --- the step's counts, read back now that the update has run
+            vals = stats.tolist()
+            for key, n in zip(COUNTS, vals):
+                cnt[key] += int(n)
             tot = ddp.reduce_metrics({k: v for k, v in cnt.items() if k != "seconds"}, d,
                                      total=[k for k in cnt if k != "seconds"])  # counts of all ranks
             rec = {"update": update, "env_steps": tot["env_steps"], "teacher_ratio": ratio,
-                   **env.popart_stats(reward),
+                   **dict(zip(stat_names, vals[len(COUNTS):])),
                    "illegal_rate": tot["illegal"] / tot["env_steps"],
                    "early_termination_rate": tot["early"] / max(tot["episodes"], 1),
                    "relabel_rate": tot["relabeled"] / max(tot["teacher"], 1),
                    "teacher_reject_rate": tot["rejected"] / max(tot["teacher"] + tot["rejected"], 1),
-                   "bigram_hit_rate": tot["agent_bonus_hits"] / max(tot["agent_steps"], 1)}
-            if len(s["agent_buf"]) + len(s["demo_buf"]) >= cfg.learning_starts:
-                n_agent, n_demo = mix_counts(cfg.batch_size, rho=cfg.rho)  # SAC-MIX-1
-                n_agent, n_demo = _lend_quota(n_agent, n_demo, len(s["agent_buf"]), len(s["demo_buf"]))
-                batch = merge(s["agent_buf"].sample(n_agent, g) if n_agent else None,
-                              s["demo_buf"].sample(n_demo, g) if n_demo else None)
-                rec.update(sac_update(s, batch, cfg))
-                if not guards_off:  # the first batch passed every input guard: the hot loop runs without them
-                    stack.enter_context(_checks.validation(False))
-                    guards_off = True
+                   "bigram_hit_rate": tot["agent_bonus_hits"] / max(tot["agent_steps"], 1), **diag}
             rec = ddp.reduce_metrics(rec, d)  # rank means of the float metrics (the rates above are already global)
             if d.is_writer and (update % cfg.eval_every == 0 or update == updates):
                 rec.update(_eval_record(s, base, baseline, cfg, device, t0))
@@ -352,10 +372,6 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
                 if state is not None:
                     rd.save(state)
     return [last] if last else []
-
-
-# the agent_bonus_hits count is the agent's own lexicon bigrams (SAC-BIGRAM-1), for bigram_hit_rate
-COUNTS = ("illegal", "episodes", "early", "teacher", "relabeled", "rejected", "agent_steps", "agent_bonus_hits")
 
 
 def cli(argv: list[str] | None = None) -> int:
