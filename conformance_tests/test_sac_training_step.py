@@ -412,20 +412,29 @@ def test_update_trajectory_under_drawn_hyper_parameters(sac, seed, grad_clip, us
         assert_close(g_, w, "SAC-STEP-1", what=f"parameter tensor #{i} after 2 updates")
 
 
-def _table_step(sac, *, grad_clip=0.5):
-    """One update on table networks, B = 1, two legal actions, a terminal step (y = r = 3)."""
-    critic = on_device(TableTwinQ([0.0, 0.0], [0.0, 0.0]))
-    target = on_device(TableTwinQ([1.0, 1.0], [1.0, 1.0]).requires_grad_(False))
-    policy = on_device(TablePolicy([0.0, 0.0]))
+def _table_update(sac, z, *, target_q=0.0, reward=0.0, lrs=(1.0, 1.0, 1.0), kappa=0.9, grad_clip=0.5):
+    """One update on table networks (they ignore the observation): B = 1, every action legal, a terminal step
+    (y = r), critics at 0, targets at ``target_q``, log α at 0. Returns critic, target, policy, log α, diagnostics."""
+    A, (lr_q, lr_pi, lr_alpha) = len(z), lrs
+    critic = on_device(TableTwinQ([0.0] * A, [0.0] * A))
+    target = on_device(TableTwinQ([target_q] * A, [target_q] * A).requires_grad_(False))
+    policy = on_device(TablePolicy(list(z)))
     la = device_leaf(torch.tensor(0.0, dtype=torch.float64))
-    opts = {"q": _sgd(*critic.parameters(), lr=1.0), "pi": _sgd(*policy.parameters(), lr=1.0), "alpha": _sgd(la, lr=1.0)}
-    one = torch.ones(1, 2, dtype=torch.bool)
+    opts = {"q": _sgd(*critic.parameters(), lr=lr_q), "pi": _sgd(*policy.parameters(), lr=lr_pi),
+            "alpha": _sgd(la, lr=lr_alpha)}
+    legal = torch.ones(1, A, dtype=torch.bool)
     b = {"obs": torch.zeros(1, 1, dtype=torch.float64), "next_obs": torch.zeros(1, 1, dtype=torch.float64),
-         "action": torch.tensor([0]), "reward": torch.tensor([3.0], dtype=torch.float64), "done": torch.tensor([True]),
-         "is_demo": torch.tensor([False]), "legal_mask": one, "next_legal_mask": one}
-    sac.update_step(policy, critic, target, la, opts, b, gamma=0.9, top_p=0.98, kappa=0.9, tau=0.5, lambda_bc=0.1,
-                    lambda_cql=0.5, use_cql=False, policy_use_topp=False, huber_delta=1.0, grad_clip=grad_clip)
-    return critic, target, policy, la
+         "action": torch.tensor([0]), "reward": torch.tensor([reward], dtype=torch.float64), "done": torch.tensor([True]),
+         "is_demo": torch.tensor([False]), "legal_mask": legal, "next_legal_mask": legal}
+    out = sac.update_step(policy, critic, target, la, opts, b, gamma=0.9, top_p=0.98, kappa=kappa, tau=0.5,
+                          lambda_bc=0.1, lambda_cql=0.5, use_cql=False, policy_use_topp=False, huber_delta=1.0,
+                          grad_clip=grad_clip)
+    return critic, target, policy, la, out
+
+
+def _table_step(sac, *, grad_clip=0.5):
+    """Two legal actions, uniform policy, targets at 1, r = 3: every step hand-computable."""
+    return _table_update(sac, [0.0, 0.0], target_q=1.0, reward=3.0, grad_clip=grad_clip)[:4]
 
 
 @pytest.mark.clause("SAC-STEP-1")
@@ -445,18 +454,7 @@ def test_update_order_golden(sac):
 def test_the_alpha_clamp_reaches_the_callers_temperature(sac):
     # a peaked policy (H ≈ 0) against H_tgt = 0.9 log 2 and a temperature step of rate 100: log α would
     # land far above log 2, and the update's clamp must bring the caller's own log α back to log 2
-    critic = on_device(TableTwinQ([0.0, 0.0], [0.0, 0.0]))
-    target = on_device(TableTwinQ([0.0, 0.0], [0.0, 0.0]).requires_grad_(False))
-    policy = on_device(TablePolicy([20.0, -20.0]))
-    la = device_leaf(torch.tensor(0.0, dtype=torch.float64))
-    opts = {"q": _sgd(*critic.parameters(), lr=0.1), "pi": _sgd(*policy.parameters(), lr=0.1), "alpha": _sgd(la, lr=100.0)}
-    one = torch.ones(1, 2, dtype=torch.bool)
-    b = {"obs": torch.zeros(1, 1, dtype=torch.float64), "next_obs": torch.zeros(1, 1, dtype=torch.float64),
-         "action": torch.tensor([0]), "reward": torch.tensor([0.0], dtype=torch.float64), "done": torch.tensor([True]),
-         "is_demo": torch.tensor([False]), "legal_mask": one, "next_legal_mask": one}
-    out = sac.update_step(policy, critic, target, la, opts, b, gamma=0.9, top_p=0.98, kappa=0.9, tau=0.5,
-                          lambda_bc=0.1, lambda_cql=0.5, use_cql=False, policy_use_topp=False, huber_delta=1.0,
-                          grad_clip=0.5)
+    *_, la, out = _table_update(sac, [20.0, -20.0], lrs=(0.1, 0.1, 100.0))
     assert_close(la.detach(), math.log(2.0), "SAC-TEMP-3", what="the caller's log α after the update (clamped)")
     if "alpha" in out:
         assert_close(out["alpha"], 2.0, "SAC-TEMP-3", what="the reported α")
@@ -471,17 +469,7 @@ def test_a_large_temperature_gradient_is_not_clipped(sac):
     z[0] = 5.0
     pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
     h = float(-(pi * np.log(pi)).sum())  # the pre-step policy's entropy (every π above the ε-clip)
-    critic = on_device(TableTwinQ([0.0] * A, [0.0] * A))
-    target = on_device(TableTwinQ([0.0] * A, [0.0] * A).requires_grad_(False))
-    policy = on_device(TablePolicy(z.tolist()))
-    la = device_leaf(torch.tensor(0.0, dtype=torch.float64))
-    opts = {"q": _sgd(*critic.parameters(), lr=0.1), "pi": _sgd(*policy.parameters(), lr=0.1), "alpha": _sgd(la, lr=lr)}
-    legal = torch.ones(1, A, dtype=torch.bool)
-    b = {"obs": torch.zeros(1, 1, dtype=torch.float64), "next_obs": torch.zeros(1, 1, dtype=torch.float64),
-         "action": torch.tensor([0]), "reward": torch.tensor([0.0], dtype=torch.float64), "done": torch.tensor([True]),
-         "is_demo": torch.tensor([False]), "legal_mask": legal, "next_legal_mask": legal}
-    sac.update_step(policy, critic, target, la, opts, b, gamma=0.9, top_p=0.98, kappa=kappa, tau=0.5, lambda_bc=0.1,
-                    lambda_cql=0.5, use_cql=False, policy_use_topp=False, huber_delta=1.0, grad_clip=0.5)
+    *_, la, _ = _table_update(sac, z.tolist(), lrs=(0.1, 0.1, lr), kappa=kappa)
     assert_close(la.detach(), -lr * (h - kappa * math.log(A)), "SAC-TEMP-1",
                  what="log α after one SGD step on the temperature loss, unclipped")
 
