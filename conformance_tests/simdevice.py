@@ -34,7 +34,7 @@ _Tensor = torch.Tensor
 _NO_WRAP = torch.overrides.get_default_nowrap_functions() - {_Tensor.grad.__get__}
 _SET_DATA = _Tensor.data.__set__
 _PROPERTIES = {_Tensor.device.__get__: DEVICE, _Tensor.is_cuda.__get__: True, _Tensor.is_cpu.__get__: False}
-_STATE = {"implementation_depth": 0}
+_STATE = {"implementation_depth": 0, "simulating": False}
 
 
 class SimulatedDeviceError(RuntimeError):
@@ -298,22 +298,23 @@ class _Simulation(TorchFunctionMode):
 
 @contextlib.contextmanager
 def simulate() -> Iterator[None]:
-    """Run the block with ``cuda:0`` simulated on the CPU."""
+    """Run the block with ``cuda:0`` simulated on the CPU. Re-entrant: inside a simulation (a whole session
+    under ``--device sim``) a nested one changes nothing."""
     from torch.utils import _foreach_utils
 
+    if _STATE["simulating"]:  # a second mode would see the first one's host calls as a device mistake
+        yield
+        return
     torch.serialization.add_safe_globals([DeviceTensor])  # a saved device tensor loads back on the device
     kinds = _foreach_utils._foreach_supported_types  # torch picks foreach kernels by exact type, as on CUDA
-    added = DeviceTensor not in kinds
-    if added:
-        kinds.append(DeviceTensor)
-    torch.Generator = _Generator
+    kinds.append(DeviceTensor)
+    torch.Generator, _STATE["simulating"] = _Generator, True
     try:
         with _Simulation():
             yield
     finally:
-        torch.Generator = _REAL_GENERATOR
-        if added:
-            kinds.remove(DeviceTensor)
+        torch.Generator, _STATE["simulating"] = _REAL_GENERATOR, False
+        kinds.remove(DeviceTensor)
 
 
 class _GeneratorOnSim(type(torch.Generator)):
