@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import io
 import json
 
@@ -28,6 +29,23 @@ def raising_impl():
         raise RuntimeError("boom")
 
     return override(reference_impl.make(), "sac", soft_value=soft_value)
+
+
+def declared_conventions_impl():
+    """The reference with two ops that follow declared conventions (issue 24: two tests ignored them): one
+    target entropy for every state, and advantages standardised with the population std and eps 1e-6."""
+    def target_entropy(legal_mask, *, kappa=0.9):
+        return torch.full(legal_mask.shape[:-1], kappa * math.log(legal_mask.shape[-1]), dtype=torch.float64)
+
+    def normalize_advantages(advantage, *, eps=1e-6, clamp=None):
+        out = (advantage - advantage.mean()) / (advantage.std(correction=0) + eps)
+        return out if clamp is None else out.clamp(-clamp, clamp)
+
+    impl = override(override(reference_impl.make(), "sac", target_entropy=target_entropy), "ppo",
+                    normalize_advantages=normalize_advantages)
+    impl.capabilities["conventions"] = {"target_entropy": "scalar",
+                                        "advantage_std": {"ddof": 0, "eps": 1e-6, "eps_mode": "add"}}
+    return impl
 
 
 def _report(impl, clauses, **kw):
@@ -299,3 +317,10 @@ def test_a_warm_audit_child_imports_next_to_nothing_the_server_did_not_preload(f
     own = [m for m in new if not (m.rsplit(".", 1)[-1].startswith("test_") or m.endswith("conftest")
                                   or m.split(".")[0] in sys.stdlib_module_names or m.startswith("_pytest."))]
     assert len(own) <= 5, f"collecting {family} in a warm child imported {len(own)} modules itself: {own[:20]}"
+
+
+def test_ops_that_follow_their_declared_conventions_are_deviations_not_failures():
+    st = _status(_report("conformance_tests.test_meta_harness:declared_conventions_impl",
+                         ["SAC-ENT-1", "SAC-DEFAULT-3", "PPO-ADV-1", "PPO-DEFAULT-3"], profile="mutant"))
+    assert set(st.values()) == {"deviation"}, st
+

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conformance_tests.harness import assert_close, assert_equal, convention, require_dtype
+from conformance_tests.harness import assert_close, assert_equal, convention, declares, np_standardise, require_dtype
 from rlconform.spec import default_spec
 
 F64 = torch.float64
@@ -45,8 +45,9 @@ def test_normalize_advantages_default_eps(ppo):
     1.2e-7), so the check is not applicable to an implementation without float64."""
     require_dtype(F64)
     a = np.array([1.0, 1.0 + 2e-8, 1.0 - 1e-8, 1.0 + 4e-8])
-    eps = spec_default("PPO-DEFAULT-3", "adv_eps")
-    want = (a - a.mean()) / (a.std(ddof=1) + eps)
+    std = convention("advantage_std")  # the seed's Bessel std plus eps, or the declared ddof and eps form
+    eps = spec_default("PPO-DEFAULT-3", "adv_eps") if not declares("advantage_std") else std["eps"]
+    want = np_standardise(a, std, eps)
     assert_close(ppo.normalize_advantages(torch.tensor(a, dtype=F64)), want, "PPO-ADV-1", approx="reduction",
                  what="normalize_advantages without eps (the default must be 1e-8)")
 
