@@ -16,7 +16,8 @@ claim through every operation, and behaves as a CUDA tensor does where the CPU w
 
 A :class:`torch.overrides.TorchFunctionMode` (:func:`simulate`) turns factory calls and ``.to``/``.cuda``
 that name ``cuda:0`` into device tensors, and ``torch.Generator("cuda")`` into a :class:`DeviceGenerator`, so
-device-generic code (``torch.zeros(n, device=x.device)``, ``module.to(device)``) runs unchanged. ``cuda:N`` for N > 0 is an invalid ordinal, as on a one-GPU machine.
+device-generic code (``torch.zeros(n, device=x.device)``, ``module.to(device)``) runs unchanged. ``cuda:N``
+for N > 0 is an invalid ordinal, as on a one-GPU machine.
 """
 from __future__ import annotations
 
