@@ -1,24 +1,47 @@
 #!/usr/bin/env bash
 # The GPU proof of issues 22 and 23, for a session lent a GPU: after `bash ../shared/gpu/prepare.sh`,
 # `cp tools/gpu_checks.sh .gpu/checks.sh`, then on the GPU machine `bash .gpu/run.sh` (it runs this with
-# $OUT set; about 400 s). Only a few files come back from $OUT: the audit goes in one tarball.
+# $OUT set; about 400 s). Only a few files come back from $OUT: summary.txt as it goes, the rest in two
+# tarballs at the end.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
-dev=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
-echo "device: $dev" | tee "$OUT/summary.txt"
-# 22: every clause passes on CUDA (exit 0); the report is the site's published CUDA audit
-timeout 220 rlconform audit --device cuda --jobs 8 --out /tmp/audit-cuda > /tmp/audit-cuda.log 2>&1
-echo "audit --device cuda rc=$?" | tee -a "$OUT/summary.txt"
-grep -m1 "Verdict" /tmp/audit-cuda/checklist.md | tee -a "$OUT/summary.txt"
-cp /tmp/audit-cuda.log /tmp/audit-cuda/
-tar -czf "$OUT/audit-cuda.tgz" -C /tmp audit-cuda
-# 23: the SAC update (wall time, kernel launches: both sides), host syncs, PPO, the trainer's updates/s
-timeout 90 python3 -m tools.benchmarks.bench_sac_update --device cuda --rounds 7 --json "$OUT/sac_update_cuda.json" 2>&1 \
-  | tail -4 | tee -a "$OUT/summary.txt"
-timeout 40 python3 -m tools.benchmarks.bench_host_syncs --device cuda --json "$OUT/host_syncs_cuda.json" 2>&1 | tail -1 \
-  | tee -a "$OUT/summary.txt"
-timeout 50 python3 -m tools.benchmarks.bench_ppo_epoch --device cuda --rounds 5 --json "$OUT/ppo_epoch_cuda.json" 2>&1 \
-  | tail -1 | tee -a "$OUT/summary.txt"
-start=$(date +%s.%N)
-timeout 120 rlconform train sac --preset full --device cuda --updates 200 --out /tmp/sac-full > /tmp/sac-full.log 2>&1
-echo "sac --preset full, 200 updates: rc=$? in $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a "$OUT/summary.txt"
+R=/tmp/gpu-results && rm -rf "$R" && mkdir -p "$R"
+say() { echo "=== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
+keep() { tee -a "$OUT/summary.txt"; }
+say "device: $(python3 -c 'import torch; print(torch.cuda.get_device_name(), "torch", torch.__version__)')"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | keep
+
+say "1 the captured SAC update follows the eager one on CUDA; the fast paths against the plain formulas"
+timeout 90 python3 -m pytest -q -p no:cacheprovider conformance_tests/test_sac_graph.py \
+  conformance_tests/test_sac_fastpaths.py 2>&1 | tail -4 | keep
+
+say "2 SAC update at the V2 shape vs TorchRL (eager, captured; wall time and kernel launches)"
+timeout 150 python3 -m tools.benchmarks.bench_sac_update --device cuda --rounds 7 --json "$R/sac_update_cuda.json" 2>&1 \
+  | tail -5 | keep
+
+say "3 every clause on CUDA: rlconform audit --device cuda"
+timeout 200 rlconform audit --device cuda --jobs 12 --out /tmp/audit-cuda > /tmp/audit-cuda.log 2>&1
+echo "audit --device cuda rc=$?" | keep
+grep -m1 -A1 "Summary" /tmp/audit-cuda/checklist.md | keep
+cp /tmp/audit-cuda.log /tmp/audit-cuda/ 2>/dev/null
+tar -czf "$OUT/audit-cuda.tgz" -C /tmp audit-cuda 2>/dev/null
+
+say "4 SAC trainer --preset full: updates/s, captured update, then eager"
+timeout 150 python3 -m tools.benchmarks.bench_sac_trainer --device cuda --preset full --updates 150 \
+  --json "$R/sac_trainer_cuda_full.json" 2>&1 | tail -2 | keep
+timeout 100 python3 -m tools.benchmarks.bench_sac_trainer --device cuda --preset full --updates 60 \
+  --set cuda_graph=False --json "$R/sac_trainer_cuda_full_eager.json" 2>&1 | tail -2 | keep
+
+say "5 host syncs, PPO epoch vs sb3-contrib"
+timeout 60 python3 -m tools.benchmarks.bench_host_syncs --device cuda --json "$R/host_syncs_cuda.json" 2>&1 | tail -2 | keep
+timeout 60 python3 -m tools.benchmarks.bench_ppo_epoch --device cuda --rounds 5 --json "$R/ppo_epoch_cuda.json" 2>&1 \
+  | tail -1 | keep
+
+say "6 GPU busy fraction: IS-Reshape LM trainer, SAC trainer (full preset)"
+timeout 120 python3 -m tools.benchmarks.bench_trainer_busy --json "$R/busy_isreshape_lm.json" isreshape-lm \
+  --updates 40 --out /tmp/isr-busy --device cuda 2>&1 | tail -2 | keep
+timeout 120 python3 -m tools.benchmarks.bench_trainer_busy --json "$R/busy_sac_full.json" sac \
+  --preset full --updates 120 --out /tmp/sac-busy --device cuda 2>&1 | tail -2 | keep
+
+say "done"
+tar -czf "$OUT/results.tgz" -C /tmp gpu-results

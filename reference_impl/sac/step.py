@@ -49,9 +49,17 @@ def _taken(q_all: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     return q_all.gather(1, action[:, None]).squeeze(1)
 
 
-def _critic_phase(s: dict, b: dict, hp: dict) -> None:
-    if hp["fast"]:
-        return _critic_phase_fused(s, b, hp)
+# Each phase is an objective (a pure function of the networks and the batch: the losses and their
+# diagnostics, no side effect, so the accelerator plan traces as one graph, test_sac_graph.py) and a
+# step that applies it. A captured update (reference_impl.sac.graphed) replays the same phases.
+
+def critic_objective(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict]:
+    """The critic loss (SAC-CRITIC-2 on the SAC-TD-1 target) and its diagnostics, by the plain formulas
+    or, with ``hp["fast"]``, through the fused heads."""
+    return (_critic_objective_fused if hp["fast"] else _critic_objective_plain)(s, b, hp)
+
+
+def _critic_objective_plain(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict]:
     alpha = s["log_alpha"].detach().exp()
     with torch.no_grad():
         pi_next = masked_softmax(s["policy"](b["next_obs"]), b["next_legal_mask"])  # SAC-MASK-1/2
@@ -67,15 +75,14 @@ def _critic_phase(s: dict, b: dict, hp: dict) -> None:
     with torch.no_grad():  # the TD (Huber) share of the total, logged apart from the CQL share
         q1, q2 = _taken(q1_all, b["action"]), _taken(q2_all, b["action"])
         td_part = critic_loss(q1, q2, y, delta=hp["huber_delta"])  # SAC-CRITIC-1
-    norm = _clipped_step(s["opt_q"], loss, s["critic"].parameters(), hp["grad_clip"])
-    s["out"].update(critic_grad_norm=norm, critic_loss=td_part, cql_loss=loss.detach() - td_part, target_mean=y.mean(),
-                    q_mean=torch.minimum(q1, q2).mean(), top_p_coverage=coverage,
-                    demo_share=b["is_demo"].to(y.dtype).mean())
+    return loss, dict(critic_loss=td_part, cql_loss=loss.detach() - td_part, target_mean=y.mean(),
+                      q_mean=torch.minimum(q1, q2).mean(), top_p_coverage=coverage,
+                      demo_share=b["is_demo"].to(y.dtype).mean())
 
 
-def _critic_phase_fused(s: dict, b: dict, hp: dict) -> None:
-    """The critic phase through the fused heads: the same formulas (its plain twin above is the oracle,
-    conformance_tests/test_sac_fastpaths.py), with no [B, |A|] temporaries besides the network outputs."""
+def _critic_objective_fused(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict]:
+    """The critic objective through the fused heads: the same formulas (its plain twin above is the
+    oracle, conformance_tests/test_sac_fastpaths.py), with no [B, |A|] temporaries besides the network outputs."""
     alpha = s["log_alpha"].detach().exp()
     with torch.no_grad():
         q1_t, q2_t = s["target"](b["next_obs"])
@@ -88,16 +95,24 @@ def _critic_phase_fused(s: dict, b: dict, hp: dict) -> None:
     l1, h1, c1 = critic_head_fused(q1_all, b["action"], y, **kw)  # SAC-CRITIC-2, critic 1
     l2, h2, c2 = critic_head_fused(q2_all, b["action"], y, **kw)  # SAC-CRITIC-2, critic 2
     q_min = torch.minimum(_taken(q1_all.detach(), b["action"]), _taken(q2_all.detach(), b["action"]))
-    del q1_all, q2_all
-    norm = _clipped_step(s["opt_q"], l1 + l2, s["critic"].parameters(), hp["grad_clip"])
-    s["out"].update(critic_grad_norm=norm, critic_loss=h1 + h2, cql_loss=c1 + c2, target_mean=y.mean(),
-                    q_mean=q_min.mean(), top_p_coverage=cov[:hp["kpi_rows"]].mean(),
-                    demo_share=b["is_demo"].to(y.dtype).mean())
+    return l1 + l2, dict(critic_loss=h1 + h2, cql_loss=c1 + c2, target_mean=y.mean(), q_mean=q_min.mean(),
+                         top_p_coverage=cov[:hp["kpi_rows"]].mean(), demo_share=b["is_demo"].to(y.dtype).mean())
 
 
-def _policy_phase(s: dict, b: dict, hp: dict) -> None:
-    if hp["fast"] and not hp["policy_use_topp"]:
-        return _policy_phase_fused(s, b, hp)
+def _critic_phase(s: dict, b: dict, hp: dict) -> None:
+    loss, out = critic_objective(s, b, hp)
+    norm = _clipped_step(s["opt_q"], loss, s["critic"].parameters(), hp["grad_clip"])
+    s["out"].update(critic_grad_norm=norm, **out)
+
+
+def policy_objective(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """The policy loss (SAC-POL-3, with BC), its diagnostics, and the entropy of the policy before its
+    step (SAC-ENT-2, for the temperature phase); option A through the fused head with ``hp["fast"]``."""
+    fused = hp["fast"] and not hp["policy_use_topp"]
+    return (_policy_objective_fused if fused else _policy_objective_plain)(s, b, hp)
+
+
+def _policy_objective_plain(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict, torch.Tensor]:
     alpha = s["log_alpha"].detach().exp()
     pi = masked_softmax(s["policy"](b["obs"]), b["legal_mask"])  # SAC-MASK-1/2
     with torch.no_grad():
@@ -105,63 +120,70 @@ def _policy_phase(s: dict, b: dict, hp: dict) -> None:
     p = hp["top_p"] if hp["policy_use_topp"] else None
     loss = policy_loss_total(pi, q1, q2, b["legal_mask"], b["action"], b["is_demo"], alpha=alpha,
                              lam_bc=hp["lambda_bc"], p=p)  # SAC-POL-3
-    s["pi_before_step"] = pi.detach()
     with torch.no_grad():  # the BC share of the total, logged apart from L_π
-        bc_part = bc_loss(torch.log(s["pi_before_step"]), b["action"], b["is_demo"], lam=hp["lambda_bc"])  # SAC-BC-1
-    norm = _clipped_step(s["opt_pi"], loss, s["policy"].parameters(), hp["grad_clip"])
-    s["out"].update(policy_grad_norm=norm, policy_loss=loss.detach() - bc_part, bc_loss=bc_part)
+        pi0 = pi.detach()
+        bc_part = bc_loss(torch.log(pi0), b["action"], b["is_demo"], lam=hp["lambda_bc"])  # SAC-BC-1
+        ent = entropy(pi0, b["legal_mask"])  # SAC-ENT-2
+    return loss, dict(policy_loss=loss.detach() - bc_part, bc_loss=bc_part), ent
 
 
-def _policy_phase_fused(s: dict, b: dict, hp: dict) -> None:
-    """Option A policy phase through the fused head (oracle: the plain twin above)."""
+def _policy_objective_fused(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """Option A policy objective through the fused head (oracle: the plain twin above)."""
     logits = s["policy"](b["obs"])
     with torch.no_grad():
         q1, q2 = s["critic"](b["obs"])  # the critics as they are now (after the critic phase)
     loss, pol, bc, ent = policy_head_fused(logits, q1, q2, b["legal_mask"], b["action"], b["is_demo"],
                                            alpha=s["log_alpha"].detach().exp(), lam_bc=hp["lambda_bc"])  # SAC-POL-3
-    del q1, q2, logits
+    return loss, dict(policy_loss=pol, bc_loss=bc), ent
+
+
+def _policy_phase(s: dict, b: dict, hp: dict) -> None:
+    loss, out, ent = policy_objective(s, b, hp)
     s["entropy_before_step"] = ent  # SAC-ENT-2 of the pre-step policy, for the temperature phase
     norm = _clipped_step(s["opt_pi"], loss, s["policy"].parameters(), hp["grad_clip"])
-    s["out"].update(policy_grad_norm=norm, policy_loss=pol, bc_loss=bc)
+    s["out"].update(policy_grad_norm=norm, **out)
 
 
-def _pre_step_entropy(s: dict, b: dict) -> torch.Tensor:
-    if "entropy_before_step" in s:
-        return s["entropy_before_step"]
-    pi = s.get("pi_before_step")
-    if pi is None:  # only a reordered (mutant) loop gets here before the policy phase
+def temperature_objective(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict]:
+    """The temperature loss (SAC-TEMP-2) on the entropy of the policy before its step (SAC-ENT-2; a
+    reordered, mutant loop that reaches here first measures the policy as it is)."""
+    H = s.get("entropy_before_step")
+    if H is None:
         with torch.no_grad():
-            pi = masked_softmax(s["policy"](b["obs"]), b["legal_mask"])
-    return entropy(pi, b["legal_mask"])  # SAC-ENT-2
+            H = entropy(masked_softmax(s["policy"](b["obs"]), b["legal_mask"]), b["legal_mask"])  # SAC-ENT-2
+    rows = hp["all_rows"] or (lambda x: x)  # DDP: every rank's rows, so log α moves the same on every rank
+    H = rows(H)
+    H_tgt = rows(target_entropy(b["legal_mask"], kappa=hp["kappa"], dtype=H.dtype))  # SAC-ENT-1
+    loss = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
+    return loss, dict(alpha_loss=loss.detach(), entropy=H.mean(), target_entropy=H_tgt.mean())
 
 
 def _temperature_phase(s: dict, b: dict, hp: dict) -> None:
-    rows = hp["all_rows"] or (lambda x: x)  # DDP: every rank's rows, so log α moves the same on every rank
-    H = rows(_pre_step_entropy(s, b))  # SAC-ENT-2
-    H_tgt = rows(target_entropy(b["legal_mask"], kappa=hp["kappa"], dtype=H.dtype))  # SAC-ENT-1
-    loss = temperature_loss(s["log_alpha"], H, H_tgt)  # SAC-TEMP-2
+    loss, out = temperature_objective(s, b, hp)
     s["opt_alpha"].zero_grad(set_to_none=True)
     loss.backward()
     s["opt_alpha"].step()
     with torch.no_grad():
         s["log_alpha"].copy_(clamp_log_alpha(s["log_alpha"], alpha_min=hp["alpha_min"], alpha_max=hp["alpha_max"]))  # SAC-TEMP-3
-    s["out"].update(alpha_loss=loss.detach(), entropy=H.mean(), target_entropy=H_tgt.mean(),
-                    alpha=s["log_alpha"].detach().exp())
+    s["out"].update(**out, alpha=s["log_alpha"].detach().exp())
 
 
 def _target_phase(s: dict, b: dict, hp: dict) -> None:
     soft_update_(list(s["target"].parameters()), list(s["critic"].parameters()), tau=hp["tau"])  # SAC-TARGET-1
 
 
-def _floats(out: dict) -> dict:
-    """0-d diagnostic tensors -> Python floats in one transfer (one stack in their widest dtype)."""
-    if not out:
-        return {}
+def stack_diagnostics(out: dict) -> torch.Tensor:
+    """The 0-d diagnostic tensors of ``out`` as one vector in their widest dtype (one transfer reads them)."""
     vals = [v if v.dim() == 0 else v.reshape(()) for v in out.values()]  # a one-element log α may be [1]
     dtypes = {v.dtype for v in vals}
     dt = dtypes.pop() if len(dtypes) == 1 else functools.reduce(torch.promote_types, dtypes)
     with torch.no_grad():  # only the values of another dtype are converted
-        return dict(zip(out, torch.stack([v if v.dtype == dt else v.to(dt) for v in vals]).tolist()))
+        return torch.stack([v if v.dtype == dt else v.to(dt) for v in vals])
+
+
+def _floats(out: dict) -> dict:
+    """0-d diagnostic tensors -> Python floats in one transfer."""
+    return dict(zip(out, stack_diagnostics(out).tolist())) if out else {}
 
 
 PHASES: dict[str, Callable[[dict, dict, dict], None]] = {
@@ -169,9 +191,10 @@ PHASES: dict[str, Callable[[dict, dict, dict], None]] = {
 }
 
 
-def run_phases(order: Sequence[str], policy, critic, target, log_alpha, optimizers: dict, batch: dict,
-               **hp) -> dict:
-    """The phases of :func:`update_step` in the given order; returns the diagnostics."""
+def phase_diagnostics(order: Sequence[str], policy, critic, target, log_alpha, optimizers: dict, batch: dict,
+                      **hp) -> dict[str, torch.Tensor]:
+    """The phases of :func:`update_step` in the given order; returns the diagnostics as 0-d tensors
+    (no host read: a captured update records exactly this)."""
     missing = [k for k in BATCH_KEYS if k not in batch]
     if missing:
         raise ValueError(f"[SAC-STEP-1] batch lacks field(s) {missing}")
@@ -179,18 +202,27 @@ def run_phases(order: Sequence[str], policy, critic, target, log_alpha, optimize
          "opt_q": optimizers["q"], "opt_pi": optimizers["pi"], "opt_alpha": optimizers["alpha"], "out": {}}
     for name in order:
         PHASES[name](s, batch, hp)
-    return _floats(s["out"])
+    return s["out"]
+
+
+def run_phases(order: Sequence[str], *args, **hp) -> dict:
+    """The phases of :func:`update_step` in the given order; returns the diagnostics as floats."""
+    return _floats(phase_diagnostics(order, *args, **hp))
+
+
+def step_hp(*, gamma: float = 0.995, top_p: float = 0.98, kappa: float = 0.9, tau: float = 0.005,
+            lambda_bc: float = 0.1, lambda_cql: float = 0.5, use_cql: bool = True, policy_use_topp: bool = False,
+            huber_delta: float = 1.0, grad_clip: float = 0.5, alpha_min: float = 1e-4, alpha_max: float = 2.0,
+            kpi_rows: int | None = None, all_rows: Callable[[torch.Tensor], torch.Tensor] | None = None,
+            fast: bool = True) -> dict:
+    """The hyperparameters of :func:`update_step`, defaults (seed 000 V2) filled in."""
+    return dict(locals())
 
 
 def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
     """An ``update_step`` running the phases in ``order`` (the reference uses :data:`ORDER`)."""
 
-    def update_step(policy, critic, target, log_alpha, optimizers: dict, batch: dict, *, gamma: float = 0.995,
-                    top_p: float = 0.98, kappa: float = 0.9, tau: float = 0.005, lambda_bc: float = 0.1,
-                    lambda_cql: float = 0.5, use_cql: bool = True, policy_use_topp: bool = False,
-                    huber_delta: float = 1.0, grad_clip: float = 0.5, alpha_min: float = 1e-4,
-                    alpha_max: float = 2.0, kpi_rows: int | None = None,
-                    all_rows: Callable[[torch.Tensor], torch.Tensor] | None = None, fast: bool = True) -> dict:
+    def update_step(policy, critic, target, log_alpha, optimizers: dict, batch: dict, **hp) -> dict:
         r"""One V2 update: critic step, policy step against the updated critics, temperature step on the
         entropy of the pre-step policy, soft target update; each network step clips its gradient norm.
 
@@ -203,17 +235,14 @@ def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
         ``policy_head_fused``, ``top_p_backup_fused``); ``fast=False`` runs the plain formulas,
         which are the fused ones' oracle.
 
-        Returns floats: critic_loss (Huber share), cql_loss, policy_loss (L_π share), bc_loss,
-        alpha_loss, critic/policy_grad_norm (before clipping), target_mean, q_mean (min of the twin
-        Q at the taken actions), top_p_coverage, demo_share, entropy, target_entropy, alpha (after
-        the step and the clamp).
+        Keyword arguments: those of :func:`step_hp`. Returns floats: critic_loss (Huber share), cql_loss,
+        policy_loss (L_π share), bc_loss, alpha_loss, critic/policy_grad_norm (before clipping),
+        target_mean, q_mean (min of the twin Q at the taken actions), top_p_coverage, demo_share,
+        entropy, target_entropy, alpha (after the step and the clamp).
 
         Implements: SAC-STEP-1, SAC-GRAD-1 (and calls SAC-CRITIC-2, SAC-POL-3, SAC-TEMP-2/3, SAC-TARGET-1).
         """
-        return run_phases(order, policy, critic, target, log_alpha, optimizers, batch, gamma=gamma, top_p=top_p,
-                          kappa=kappa, tau=tau, lambda_bc=lambda_bc, lambda_cql=lambda_cql, use_cql=use_cql,
-                          policy_use_topp=policy_use_topp, huber_delta=huber_delta, grad_clip=grad_clip,
-                          alpha_min=alpha_min, alpha_max=alpha_max, kpi_rows=kpi_rows, all_rows=all_rows, fast=fast)
+        return run_phases(order, policy, critic, target, log_alpha, optimizers, batch, **step_hp(**hp))
 
     return update_step
 

@@ -46,7 +46,7 @@ from reference_impl.sac.nets import PolicyNet, TwinQ
 from reference_impl.sac.quality import attested_share, ngram_set, paragraph_consistency
 from reference_impl.sac.reward import ngram_coverage
 from reference_impl.sac.replay import Replay, sample_mixed
-from reference_impl.sac.step import update_step
+from reference_impl.sac.graphed import CapturedUpdate
 
 D = defaults()
 
@@ -94,6 +94,7 @@ class Config:
     kpi_rows: int = 32  # batch rows whose Top-p coverage is logged
     ckpt_every: int = 250  # updates between checkpoints (and one at the end)
     dtype: str = "float32"  # dtype of the networks, log α and the update tensors (float32, float64, bfloat16)
+    cuda_graph: bool = True  # on one CUDA GPU, replay the update from a CUDA graph (graphed.py); eager elsewhere
 
 
 # Presets: "cpu" is the Config above (a few CPU minutes); "full" is the document's V2 sizes (§9) for a
@@ -187,24 +188,33 @@ def _restore(s: dict, ck: dict) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- one SAC update
-def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
-    """One gradient step of §8 on a merged agent/demo batch: the checked ``update_step``; returns the
-    diagnostics.
+def make_update(s: dict, cfg: Config) -> CapturedUpdate:
+    """The checked ``update_step`` bound to this run's networks and optimisers: replayed from a CUDA
+    graph on one GPU (``cfg.cuda_graph``), run eagerly elsewhere (the same phases).
 
     ``s["ddp_critic"]``/``s["ddp_policy"]`` (DDP under torchrun, else the bare networks) average the
     critic and policy gradients over ranks; ``all_rows`` hands the temperature step the entropies of
-    every rank's rows, so log α stays the same everywhere.
+    every rank's rows, so log α stays the same everywhere (a graph is then not captured).
+    Built after a resume, as loading an optimiser's state resets its flags.
     """
+    opts = {"q": s["opt_q"], "pi": s["opt_pi"], "alpha": s["opt_alpha"]}
+    d = s["dist"]
+    graph = cfg.cuda_graph and not d.enabled
+    return CapturedUpdate(s["ddp_policy"], s["ddp_critic"], s["target"], s["log_alpha"], opts,
+                          capture=graph, gamma=cfg.gamma, top_p=cfg.top_p, kappa=cfg.kappa,
+                          tau=cfg.tau, lambda_bc=cfg.lambda_bc, lambda_cql=cfg.lambda_cql, use_cql=cfg.use_cql,
+                          policy_use_topp=cfg.policy_use_topp, huber_delta=cfg.huber_delta, grad_clip=cfg.grad_clip,
+                          alpha_min=cfg.alpha_min, alpha_max=cfg.alpha_max, kpi_rows=cfg.kpi_rows,
+                          all_rows=functools.partial(ddp.gather_cat, d=d) if d.enabled else None)  # SAC-STEP-1
+
+
+def sac_update(s: dict, batch: dict, cfg: Config) -> dict:
+    """One gradient step of §8 on a merged agent/demo batch (``s["update"]``, from :func:`make_update`);
+    returns the diagnostics."""
     dev, dt = s["log_alpha"].device, s["log_alpha"].dtype
     b = {k: v.to(dev, dt) if v.is_floating_point() else v.to(dev) for k, v in batch.items()}
     b["legal_mask"], b["next_legal_mask"] = s["legal"](b["obs"]), s["legal"](b["next_obs"])  # built on the device
-    opts = {"q": s["opt_q"], "pi": s["opt_pi"], "alpha": s["opt_alpha"]}
-    return update_step(s["ddp_policy"], s["ddp_critic"], s["target"], s["log_alpha"], opts, b, gamma=cfg.gamma,
-                       top_p=cfg.top_p, kappa=cfg.kappa, tau=cfg.tau, lambda_bc=cfg.lambda_bc,
-                       lambda_cql=cfg.lambda_cql, use_cql=cfg.use_cql, policy_use_topp=cfg.policy_use_topp,
-                       huber_delta=cfg.huber_delta, grad_clip=cfg.grad_clip, alpha_min=cfg.alpha_min,
-                       alpha_max=cfg.alpha_max, kpi_rows=cfg.kpi_rows,
-                       all_rows=functools.partial(ddp.gather_cat, d=s["dist"]))  # SAC-STEP-1, SAC-GRAD-1
+    return s["update"](b)  # SAC-STEP-1, SAC-GRAD-1
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
@@ -302,6 +312,7 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
     rd = RunDir(out, family="sac", config=cfg, resume=resume, writer=d.is_writer)
     s = build(cfg, d, ddp.resolve_dtype(cfg.dtype))
     start = _restore(s, ck) if resume and (ck := rd.load()) is not None else 0
+    s["update"] = make_update(s, cfg)
     env, corpus, g, cnt = s["env"], s["corpus"], s["g"], s["count"]
     if d.is_writer:  # rank 0 evaluates; the others only train
         base = evaluate(_scores_unigram(corpus), corpus, cfg.env, cfg, device=device)  # unigram-frequency baseline
@@ -354,6 +365,7 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
             tot = ddp.reduce_metrics({k: v for k, v in cnt.items() if k != "seconds"}, d,
                                      total=[k for k in cnt if k != "seconds"])  # counts of all ranks
             rec = {"update": update, "env_steps": tot["env_steps"], "teacher_ratio": ratio,
+                   "wall_seconds": time.time() - t0,  # since the start of training: the run's throughput
                    **dict(zip(stat_names, vals[len(COUNTS):])),
                    "illegal_rate": tot["illegal"] / tot["env_steps"],
                    "early_termination_rate": tot["early"] / max(tot["episodes"], 1),

@@ -169,6 +169,16 @@ def rss_in_subprocess(module: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def gpu_stamp() -> dict:
+    """The GPU's name, its driver and torch's CUDA version (nvidia-smi's driver where it runs)."""
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        driver = "unknown"
+    return {"name": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda}
+
+
 def write(name: str, result: dict, path: str | None) -> Path:
     """The result with the run's provenance, as JSON (report.py reads every file in RESULTS)."""
     from rlconform.provenance import stamp
@@ -176,5 +186,7 @@ def write(name: str, result: dict, path: str | None) -> Path:
     p = Path(path) if path else RESULTS / f"{name}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     result = dict(result, provenance=stamp(packages=result.pop("packages", ())))
+    if torch.cuda.is_available():  # a GPU row names its device and driver
+        result["provenance"]["gpu"] = gpu_stamp()
     p.write_text(json.dumps(result, indent=2) + "\n")
     return p

@@ -9,7 +9,9 @@ through ``MaskedCategorical``; it has no CQL, BC or Top-p term, so the reference
 One process, one torch thread, the two updates interleaved round by round; times are the thread CPU
 time of a whole update (wall time around a synchronised stream on a GPU). The run also measures the
 single-thread fp32 matmul peak, counts each update's matmul FLOPs with torch's flop counter, and
-measures each side's peak RSS in its own subprocess (both import the same libraries).
+measures each side's peak RSS in its own subprocess (both import the same libraries). On CUDA a third
+side runs the trainer's GPU update: the same ``update_step`` recorded once as a CUDA graph and replayed
+(``reference_impl.sac.graphed``); each side's kernel launches per update are counted by torch.profiler.
 
 Run: ``python -m tools.benchmarks.bench_sac_update [--device cpu] [--rounds 5]``
 """
@@ -23,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from reference_impl import _checks
+from reference_impl.sac.graphed import CapturedUpdate
 from reference_impl.sac.step import init_target, update_step
 from tools.benchmarks import _common as C
 
@@ -61,7 +64,7 @@ def batch(device, seed: int = 0) -> dict:
     return {k: v.to(device) for k, v in out.items()}
 
 
-def reference_step(device):
+def _reference_nets(device):
     torch.manual_seed(0)
     policy, critic = mlp().to(device), Twin().to(device)
     target = init_target(critic)
@@ -72,10 +75,30 @@ def reference_step(device):
     b = batch(device)
     with _checks.validation(True):
         update_step(policy, critic, target, log_alpha, opts, b, top_p=TOP_P)  # the first batch, validated
+    return (policy, critic, target, log_alpha, opts), b
+
+
+def reference_step(device):
+    nets, b = _reference_nets(device)
 
     def step():
         with _checks.validation(False):  # as the trainers run after their first batch
-            return update_step(policy, critic, target, log_alpha, opts, b, top_p=TOP_P)
+            return update_step(*nets, b, top_p=TOP_P)
+    return step
+
+
+def graphed_step(device):
+    """The trainer's GPU update: the same update_step, recorded once as a CUDA graph and replayed."""
+    nets, b = _reference_nets(device)
+    upd = CapturedUpdate(*nets, top_p=TOP_P)
+
+    def step():
+        with _checks.validation(False):
+            return upd(b)
+    for _ in range(upd.warmup + 1):  # warm-up calls, then the capture: every timed call is a replay
+        step()
+    if not upd.captured:
+        raise RuntimeError("the update was not captured")
     return step
 
 
@@ -112,6 +135,7 @@ def torchrl_step(device):
 
 
 SIDES = {"reference": reference_step, "torchrl": torchrl_step}
+GPU_SIDES = {"reference_graph": graphed_step}  # on CUDA only: elsewhere it is the eager update
 
 
 def rss_worker(side: str, device: str) -> None:
@@ -137,8 +161,10 @@ def main(argv=None) -> dict:
         return {}
     C.one_thread()
     dev = torch.device(args.device)
-    steps = {name: make(dev) for name, make in SIDES.items()}
-    flop = {name: C.flops(fn) for name, fn in steps.items()}
+    sides = {**SIDES, **(GPU_SIDES if dev.type == "cuda" else {})}
+    steps = {name: make(dev) for name, make in sides.items()}
+    flop = {name: C.flops(fn) for name, fn in steps.items() if name in SIDES}
+    flop.update({name: flop["reference"] for name in steps if name not in SIDES})  # a replay dispatches nothing
     kernels = {name: C.cuda_kernel_launches(fn) for name, fn in steps.items()} if dev.type == "cuda" else {}
     peak = C.matmul_peak(dev)
     times = C.interleave(steps, args.rounds, dev)
@@ -146,20 +172,24 @@ def main(argv=None) -> dict:
     med = {n: C.median(t) for n, t in times.items()}
     rss = {n: C.rss_in_subprocess("tools.benchmarks.bench_sac_update", "--rss-worker", n, "--device", args.device)
            for n in SIDES} if dev.type == "cpu" else {}
-    gflops = {n: flop[n] / med[n] / 1e9 for n in SIDES}
+    gflops = {n: flop[n] / med[n] / 1e9 for n in steps}
     res = {
         "benchmark": "sac_update", "device": str(dev), "rounds": args.rounds,
         "shape": {"batch": B, "actions": A, "obs": OBS, "hidden": HIDDEN, "top_p": TOP_P},
         "median_s": med, "times_s": times, "gflop": {n: flop[n] / 1e9 for n in SIDES}, "gflops": gflops,
         "matmul_peak_gflops": max(peak, peak_after), "matmul_peak_before_after": [peak, peak_after],
-        "pct_of_peak": {n: 100 * gflops[n] / max(peak, peak_after) for n in SIDES},
+        "pct_of_peak": {n: 100 * gflops[n] / max(peak, peak_after) for n in steps},
         "peak_rss_bytes": {n: r["peak_rss"] for n, r in rss.items()},
-        "ratio": med["torchrl"] / med["reference"], "kernel_launches": kernels, "packages": ["torchrl", "tensordict"],
+        "ratio": med["torchrl"] / med["reference"],
+        "ratio_graph": med["torchrl"] / med["reference_graph"] if "reference_graph" in med else None,
+        "kernel_launches": kernels, "packages": ["torchrl", "tensordict"],
     }
     path = C.write(f"sac_update_{dev.type}", res, args.json)
     print(f"SAC update [B {B}, |A| {A}]: reference {med['reference']:.3f} s ({gflops['reference']:.1f} GFLOP/s, "
           f"{res['pct_of_peak']['reference']:.0f}% of {res['matmul_peak_gflops']:.1f}), torchrl {med['torchrl']:.3f} s "
           f"({gflops['torchrl']:.1f} GFLOP/s); torchrl/reference = {res['ratio']:.2f}x")
+    if res["ratio_graph"] is not None:
+        print(f"captured update (CUDA graph): {med['reference_graph']:.4f} s; torchrl/graph = {res['ratio_graph']:.2f}x")
     if kernels:
         print("CUDA kernel launches per update: " + ", ".join(f"{n} {k}" for n, k in kernels.items()))
     if rss:

@@ -50,6 +50,19 @@ def _gib(b: float) -> str:
     return f"{b / 2**30:.2f} GiB"
 
 
+def dev(d: dict) -> str:
+    """The row's device tag; a GPU row names the card, its driver and torch (from the file's stamp)."""
+    prov, device = d.get("provenance", {}), d.get("device", "cuda")
+    gpu = prov.get("gpu")
+    if not gpu:
+        return f"[{device}]"
+    return f"[{device}: {gpu['name']}, driver {gpu['driver']}, torch {prov.get('versions', {}).get('torch', '?')}]"
+
+
+def _secs(t: float) -> str:
+    return f"{t:.2f} s" if t >= 0.1 else f"{t * 1e3:.1f} ms"
+
+
 def busy_note(d: dict) -> str:
     """A marker for a row measured while the machine was busy ('' for a quiet run, or no per-round times)."""
     spread = round_spread(d.get("times_s") or {})
@@ -61,17 +74,25 @@ def sac_rows(d: dict) -> list[list[str]]:
     med, gf, pct = d["median_s"], d["gflops"], d["pct_of_peak"]
     sh = d["shape"]
     rows = [[f"SAC update at V2 scale (B {sh['batch']}, \\|A\\| {sh['actions']}, obs {sh['obs']}, "
-             f"hidden {sh['hidden']}, Top-p {sh['top_p']}, CQL, BC) [{d['device']}]",
-             f"{med['reference']:.2f} s, {gf['reference']:.1f} GFLOP/s ({pct['reference']:.0f}% of the "
+             f"hidden {sh['hidden']}, Top-p {sh['top_p']}, CQL, BC) {dev(d)}",
+             f"{_secs(med['reference'])}, {gf['reference']:.1f} GFLOP/s ({pct['reference']:.0f}% of the "
              f"{d['matmul_peak_gflops']:.1f} GFLOP/s fp32 matmul peak)",
-             f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl']:.2f} s, {gf['torchrl']:.1f} GFLOP/s",
+             f"TorchRL `DiscreteSACLoss` + Adam: {_secs(med['torchrl'])}, {gf['torchrl']:.1f} GFLOP/s",
              f"**{d['ratio']:.2f}**{busy_note(d)}",
-             f"≥ 1.25 and ≥ 40% of peak: {_met(d['ratio'] >= 1.25 and pct['reference'] >= 40)}"]]
+             f"≥ 1.25 and ≥ 40% of peak: {_met(d['ratio'] >= 1.25 and pct['reference'] >= 40)}"
+             if d["device"] == "cpu" else "— (eager; the GPU's update is the captured one, next row)"]]
+    if "reference_graph" in med:  # on CUDA: the trainer's update, replayed from a CUDA graph
+        ratio = med["torchrl"] / med["reference_graph"]
+        rows.append([f"SAC update at V2 scale, captured as one CUDA graph and replayed {dev(d)}",
+                     f"{med['reference_graph'] * 1e3:.1f} ms (eager: {med['reference'] * 1e3:.1f} ms)",
+                     f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl'] * 1e3:.1f} ms",
+                     f"**{ratio:.2f}**{busy_note(d)}", f"≥ 1.5: {_met(ratio >= 1.5)}"])
     k = d.get("kernel_launches") or {}
     if k:
-        rows.append([f"CUDA kernel launches per SAC update [{d['device']}]", str(k["reference"]),
-                     f"TorchRL {k['torchrl']}", f"**{k['torchrl'] / k['reference']:.2f}**",
-                     f"≤ 200: {_met(k['reference'] <= 200)}"])
+        ours = k.get("reference_graph", k["reference"])
+        rows.append([f"CUDA kernel launches per SAC update {dev(d)}",
+                     f"{ours}" + (f" (a graph replay; eager: {k['reference']})" if "reference_graph" in k else ""),
+                     f"TorchRL {k['torchrl']}", f"**{k['torchrl'] / ours:.2f}**", f"≤ 200: {_met(ours <= 200)}"])
     rss = d.get("peak_rss_bytes") or {}
     if rss:
         rows.append([f"peak RSS during the SAC update [{d['device']}]", _gib(rss["reference"]),
@@ -95,7 +116,7 @@ def top_p_rows(d: dict) -> list[list[str]]:
 
 def ppo_rows(d: dict) -> list[list[str]]:
     r = d["samples_per_s"]
-    return [[f"masked PPO epoch, N {d['shape']['N']}, minibatch {d['shape']['minibatch']} [{d['device']}]",
+    return [[f"masked PPO epoch, N {d['shape']['N']}, minibatch {d['shape']['minibatch']} {dev(d)}",
              f"{r['reference'] / 1e3:.1f}k samples/s",
              f"sb3-contrib `MaskablePPO.train()` {r['sb3_contrib'] / 1e3:.1f}k",
              f"**{d['ratio']:.2f}**{busy_note(d)}", f"≥ 1.5: {_met(d['ratio'] >= 1.5)}"]]
@@ -125,7 +146,7 @@ def stdb_rows(d: dict) -> list[list[str]]:
 def sync_rows(d: dict) -> list[list[str]]:
     s, p, pk = d["sac_update"], d["ppo_minibatch"], d["ppo_minibatch_kl_guard"]
     cuda = f"; CUDA sync debug mode: {s['cuda_syncs']}" if d["device"].startswith("cuda") else ""
-    return [[f"host syncs, guards off [{d['device']}]",
+    return [[f"host syncs, guards off {dev(d)}",
              f"SAC update {s['hot_loop']}{cuda}; PPO minibatch {p['hot_loop_per_minibatch']:.2f} "
              f"({pk['hot_loop_per_minibatch']:.2f} with the KL guard)",
              f"+{s['optimizer_cpu_counters']} optimiser step-counter reads (CPU tensors, no device wait)", "—",
@@ -148,6 +169,24 @@ def dispatch_rows(d: dict) -> list[list[str]]:
              f"**{ppo['sb3_contrib'] / ppo['reference']:.2f}**", f"≤ sb3-contrib: {_met(ppo['reference'] <= ppo['sb3_contrib'])}"]]
 
 
+def trainer_rows(d: dict) -> list[list[str]]:
+    """The SAC trainer's steady updates/s, environment steps included (the eager run beside it if there)."""
+    eager = _load(f"sac_trainer_{d['device']}_{d['preset']}_eager.json")
+    peer = f"the same, eager update: {eager['updates_per_s']:.1f}" if eager else "—"
+    ratio = f"{d['updates_per_s'] / eager['updates_per_s']:.2f} (captured / eager)" if eager else "—"
+    target = f"≥ 25 updates/s: {_met(d['updates_per_s'] >= 25)}" if d["preset"] == "full" else "—"
+    return [[f"SAC trainer `--preset {d['preset']}`, learning updates/s {dev(d)}",
+             f"{d['updates_per_s']:.1f} updates/s over {d['measured_updates']} updates", peer, ratio, target]]
+
+
+def busy_rows(d: dict) -> list[list[str]]:
+    units = "".join(f", {v:.0f} {k.removesuffix('_per_s')}/s" for k, v in d.items()
+                    if k.endswith("_per_s") and k != "updates_per_s")
+    return [[f"`rlconform train {d['trainer']}`: share of the wall time the GPU computes {dev(d)}",
+             f"{100 * d['busy_fraction']:.0f}% busy; {d['updates_per_s']:.2f} updates/s{units} "
+             f"({d['wall_s']:.0f} s run, setup included)", "—", "—", "reported (the host bounds it)"]]
+
+
 def suite_rows(d: dict) -> list[list[str]]:
     slow = ", ".join(f"{f['file'].removeprefix('test_')} {f['worker_s']:.0f}" for f in d["slowest_files"][:4])
     walls = d.get("wall_s_all", [d["wall_s"]])  # files from before --runs hold one run
@@ -159,7 +198,20 @@ def suite_rows(d: dict) -> list[list[str]]:
 
 SOURCES = [("sac_update_{}.json", sac_rows), ("top_p_{}.json", top_p_rows), ("ppo_epoch_{}.json", ppo_rows),
            ("stdb_{}.json", stdb_rows), ("host_syncs_{}.json", sync_rows), ("dispatch_{}.json", dispatch_rows),
-           ("suite_time_{}.json", suite_rows)]
+           ("suite_time_{}.json", suite_rows), ("sac_trainer_{}_full.json", trainer_rows),
+           ("trainer_busy_sac_{}.json", busy_rows), ("trainer_busy_isreshape-lm_{}.json", busy_rows)]
+
+
+def _cuda_audit_note() -> str:
+    """A line on the reference's own audit on the GPU, where a GPU run left its checklist."""
+    p = RAW / "audit_reference_cuda.json"
+    if not p.exists():
+        return ""
+    info = json.loads(p.read_text())["run_info"]
+    return ("\nThe GPU rows come from the same run as the reference's audit on CUDA (`rlconform audit --device cuda`, "
+            f"commit `{info['rlconform_commit'][:12]}`): [checklist](raw/audit_reference_cuda_checklist.md), "
+            "[report](raw/audit_reference_cuda.json). The SAC ratios on the GPU are per synchronised update, as the "
+            "trainer runs (it reads its diagnostics after every update).\n")
 
 
 def render() -> tuple[str, dict]:
@@ -185,7 +237,7 @@ def render() -> tuple[str, dict]:
             f"A ratio whose rounds disagree by more than {BUSY_SPREAD:.0%} (each contender's fastest and "
             "slowest round left out) is marked as measured on a busy machine. "
             "Each raw file carries its own provenance (machine, torch version, thread count, date).\n\n"
-            + table + "\nRegenerate: `python -m tools.benchmarks.report --run [--device cpu|cuda]` "
+            + table + _cuda_audit_note() + "\nRegenerate: `python -m tools.benchmarks.report --run [--device cpu|cuda]` "
             "(without `--run`: from the raw JSON already in `docs/performance/raw/`).\n"), facts
 
 
