@@ -318,6 +318,21 @@ def simulate() -> Iterator[None]:
         kinds.remove(DeviceTensor)
 
 
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """The block runs on the plain host, the simulation's mode off: for a test of host machinery that a
+    function mode would get in the way of (TorchDynamo traces through an active mode)."""
+    if not _STATE["simulating"]:
+        yield
+        return
+    from torch.overrides import _pop_mode_temporarily
+
+    with _pop_mode_temporarily() as mode:
+        if not isinstance(mode, _Simulation):  # another mode on top: leave the stack as it was
+            raise RuntimeError(f"cannot suspend the simulation under {type(mode).__name__}")
+        yield
+
+
 class _GeneratorOnSim(type(torch.Generator)):
     """The metaclass of :func:`simulate`'s ``torch.Generator``: any real generator is an instance of it."""
 

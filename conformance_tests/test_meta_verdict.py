@@ -722,3 +722,33 @@ def test_a_misspelt_declaration_stops_the_audit_before_any_test(caps, needle, mo
     monkeypatch.setattr(sys.modules[__name__], "bad_declarations", lambda: misdeclared_impl(**caps), raising=False)
     code, _, err = _cli("audit", "--impl", f"{HERE}:bad_declarations", "--out", str(tmp_path / "a"))
     assert code == 3 and needle in err, err
+
+
+def test_a_run_directory_has_one_writer(tmp_path):
+    """A second trainer on a directory another live process writes stops before touching a file
+    (issue 26: two trainers on one --out interleaved their metrics); the end of the owner frees it."""
+    import subprocess
+    import sys
+
+    from reference_impl.common.run import RunDir, RunDirBusy
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom reference_impl.common.run import RunDir\n"
+         f"r = RunDir({str(tmp_path)!r}, family='ppo', config={{'seed': 3}})\nr.log(update=1)\n"
+         "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        with pytest.raises(RunDirBusy, match=rf"being written by another run \(pid {owner.pid}\)"):
+            RunDir(tmp_path, family="ppo", config={"seed": 4})
+        code, _, err = _cli("train", "ppo", "--out", str(tmp_path), "--updates", "1")
+        assert code == 2 and "being written by another run" in err
+        lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(ln)["update"] for ln in lines] == [1], "the refused runs changed the owner's metrics"
+        assert json.loads((tmp_path / "config.json").read_text())["config"] == {"seed": 3}
+    finally:
+        owner.kill()
+        owner.wait()
+    run = RunDir(tmp_path, family="ppo", config={"seed": 4})  # the owner is gone: the directory is free
+    run.log(update=7)
+    assert [r["update"] for r in run.metrics()] == [7]
+    run.close()

@@ -15,6 +15,7 @@ from unittest import mock
 import pytest
 import torch
 
+from conformance_tests import simdevice
 from conformance_tests.harness import assert_close
 from conformance_tests.test_sac_fastpaths import _case, _nets
 from reference_impl import _checks
@@ -55,11 +56,12 @@ def _losses(out) -> list[torch.Tensor]:
 @pytest.mark.parametrize("fast", [True, False], ids=["fused", "plain"])
 def test_each_phase_traces_as_one_graph_on_the_accelerator_plan(objective, fast):
     """fullgraph=True: no graph break (no host read, no value-dependent branch or shape) on the plan a
-    GPU takes, and the traced objective gives the eager one's values."""
+    GPU takes, and the traced objective gives the eager one's values. On the host, the simulated device
+    suspended: the trace is of the reference's code, and TorchDynamo would trace the simulation too."""
     s, b = _state(_nets(0, D, A)), _batch(3)
     hp = step_hp(top_p=0.9, kpi_rows=7, fast=fast)
     torch._dynamo.reset()
-    with mock.patch.object(backup, "blocked", lambda t: False), _checks.validation(False):
+    with simdevice.suspended(), mock.patch.object(backup, "blocked", lambda t: False), _checks.validation(False):
         traced = torch.compile(functools.partial(objective, s), fullgraph=True, backend="eager")(b, hp)
         eager = objective(s, b, hp)
     for got, want in zip(_losses(traced), _losses(eager), strict=True):

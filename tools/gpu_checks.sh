@@ -16,7 +16,7 @@ timeout 90 python3 -m pytest -q -p no:cacheprovider conformance_tests/test_sac_g
   conformance_tests/test_sac_fastpaths.py 2>&1 | tail -4 | keep
 
 say "2 SAC update at the V2 shape vs TorchRL (eager, captured; wall time and kernel launches)"
-timeout 150 python3 -m tools.benchmarks.bench_sac_update --device cuda --rounds 7 --json "$R/sac_update_cuda.json" 2>&1 \
+timeout 150 python3 -m tools.benchmarks.bench_sac_update --device cuda --rounds 15 --json "$R/sac_update_cuda.json" 2>&1 \
   | tail -5 | keep
 
 say "3 every clause on CUDA: rlconform audit --device cuda"

@@ -6,7 +6,9 @@ file and renamed, so a crash mid-write leaves the previous checkpoint intact). `
 the checkpoint and truncates metrics written after it; a run that starts from no checkpoint starts
 from an empty metrics file, so records of a killed earlier attempt never mix with the new ones.
 Under torchrun only rank 0 is the ``writer``: the other ranks make the same checks and read the
-checkpoint, but write nothing.
+checkpoint, but write nothing. A run directory has one writer at a time: the writer holds an
+exclusive lock on ``.lock`` (released by the system when the process ends, however it ends), and a
+second trainer on the same directory stops with :class:`RunDirBusy` before it touches a file.
 """
 from __future__ import annotations
 
@@ -60,8 +62,53 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
     return tqdm(iterable, total=total, desc=desc, initial=initial, disable=disable, dynamic_ncols=True)
 
 
+class RunDirBusy(FileExistsError):
+    """Another live process is writing this run directory."""
+
+
+_HELD: dict[str, list] = {}  # run directory -> [its open lock file, the RunDirs of this process sharing it]
+
+
+def _lock(path: Path):
+    """An exclusive, non-blocking lock on ``path/.lock`` holding the owner's pid; returns its key in
+    ``_HELD`` (the lock lives as long as its file is open). The process that holds it may open the
+    directory again (a resume in the same process). Where the system has no flock (not POSIX), no lock."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    key = os.path.realpath(path)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return key
+    f = open(path / ".lock", "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        owner = f.read().strip() or "unknown"
+        f.close()
+        raise RunDirBusy(f"{path} is being written by another run (pid {owner}); wait for it to end or choose "
+                         "another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    _HELD[key] = [f, 1]
+    return key
+
+
+def _unlock(key: str | None) -> None:
+    held = _HELD.get(key) if key else None
+    if held is not None:
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[key]
+            held[0].close()
+
+
 class RunDir:
-    """``config.json`` + ``metrics.jsonl`` + ``checkpoint.pt`` under one directory."""
+    """``config.json`` + ``metrics.jsonl`` + ``checkpoint.pt`` under one directory, one writer at a time."""
 
     def __init__(self, path: str | Path, *, family: str, config: Any, resume: bool = False, writer: bool = True):
         self.path = Path(path)
@@ -74,6 +121,7 @@ class RunDir:
                 raise FileExistsError(f"{self.path} already holds a run; pass --resume or choose another --out")
             return
         self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.path)  # before any file is read or written: a second writer changes nothing
         cfg = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
         cfg_path = self.path / "config.json"
         if resume and cfg_path.exists():
@@ -126,3 +174,14 @@ class RunDir:
 
     def metrics(self) -> list[dict]:
         return self._records()
+
+    def close(self) -> None:
+        """Release this RunDir's share of the lock; the last one frees the directory for other
+        processes (collection, or the end of the process, does the same)."""
+        _unlock(self.__dict__.pop("_lock", None))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone; the exit frees the lock
+            pass

@@ -365,7 +365,6 @@ def train(cfg: Config, out: str, *, updates: int, resume: bool = False, device: 
             tot = ddp.reduce_metrics({k: v for k, v in cnt.items() if k != "seconds"}, d,
                                      total=[k for k in cnt if k != "seconds"])  # counts of all ranks
             rec = {"update": update, "env_steps": tot["env_steps"], "teacher_ratio": ratio,
-                   "wall_seconds": time.time() - t0,  # since the start of training: the run's throughput
                    **dict(zip(stat_names, vals[len(COUNTS):])),
                    "illegal_rate": tot["illegal"] / tot["env_steps"],
                    "early_termination_rate": tot["early"] / max(tot["episodes"], 1),
