@@ -208,8 +208,9 @@ def _cuda_audit_note() -> str:
     if not p.exists():
         return ""
     info = json.loads(p.read_text())["run_info"]
+    commit = info.get("tree_commit", info["rlconform_commit"])
     return ("\nThe GPU rows come from the same run as the reference's audit on CUDA (`rlconform audit --device cuda`, "
-            f"commit `{info['rlconform_commit'][:12]}`): [checklist](raw/audit_reference_cuda_checklist.md), "
+            f"commit `{commit[:12]}`): [checklist](raw/audit_reference_cuda_checklist.md), "
             "[report](raw/audit_reference_cuda.json). The SAC ratios on the GPU are per synchronised update, as the "
             "trainer runs (it reads its diagnostics after every update).\n")
 
