@@ -183,7 +183,8 @@ def test_ppo_trainer_under_torchrun_writes_once_and_resumes_exactly(tmp_path, to
     torchrun("reference_impl.ppo.trainer", "--updates", "3", "--out", str(straight), *small)
     torchrun("reference_impl.ppo.trainer", "--updates", "2", "--out", str(split), *small)
     torchrun("reference_impl.ppo.trainer", "--updates", "3", "--resume", "--out", str(split), *small)
-    assert sorted(f.name for f in split.iterdir()) == ["checkpoint.pt", "config.json", "metrics.jsonl"]
+    files = sorted(f.name for f in split.iterdir())  # .lock: the one writer's (reference_impl.common.run)
+    assert files == [".lock", "checkpoint.pt", "config.json", "metrics.jsonl"]
     full, resumed = ([json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()] for d in (straight, split))
     assert [r["update"] for r in resumed] == [1, 2, 3]
     assert [r["env_steps"] for r in resumed] == [WORLD * 20 * k for k in (1, 2, 3)]  # both ranks' moves counted
