@@ -716,15 +716,21 @@ def _dtype_of(x: Any) -> torch.dtype | None:
     return None
 
 
-def _leaves(x: Any) -> Iterable[Any]:
+def named_leaves(x: Any, where: str = "") -> Iterable[tuple[str, Any]]:
+    """(path, leaf) for every leaf of nested lists, tuples and dicts, paths written as Python indexes
+    (``where[0]['key']``)."""
     if isinstance(x, (list, tuple)):
-        for v in x:
-            yield from _leaves(v)
+        for i, v in enumerate(x):
+            yield from named_leaves(v, f"{where}[{i}]")
     elif isinstance(x, dict):
-        for v in x.values():
-            yield from _leaves(v)
+        for k, v in x.items():
+            yield from named_leaves(v, f"{where}[{k!r}]")
     else:
-        yield x
+        yield where, x
+
+
+def _leaves(x: Any) -> Iterable[Any]:
+    return (leaf for _, leaf in named_leaves(x))
 
 
 def input_dtype(*inputs: Any) -> torch.dtype:

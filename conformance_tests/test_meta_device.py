@@ -17,7 +17,7 @@ import torch
 
 import reference_impl
 from conformance_tests import contract, harness, simdevice
-from conformance_tests.harness import ImplementationError, assert_close, assert_equal, generator, host, on_device
+from conformance_tests.harness import ImplementationError, assert_close, assert_equal, generator, host, named_leaves, on_device
 from rlconform.audit import clause_report, run_suite
 
 pytestmark = pytest.mark.meta
@@ -148,24 +148,19 @@ class HostInput(ValueError):
 def _tensors(x, where: str):
     """(where, tensor) for every tensor ``x`` holds: nested containers, modules' parameters and buffers,
     optimisers' parameters and state."""
-    if isinstance(x, torch.Tensor):
-        yield where, x
-    elif isinstance(x, torch.nn.Module):
-        for name, t in [*x.named_parameters(), *x.named_buffers()]:
-            yield f"{where}.{name}", t
-    elif isinstance(x, torch.optim.Optimizer):
-        for i, group in enumerate(x.param_groups):
-            for j, p in enumerate(group["params"]):
-                yield f"{where}.param_groups[{i}][{j}]", p
-                for key, s in x.state.get(p, {}).items():
-                    if isinstance(s, torch.Tensor) and s.dim() > 0:  # a 0-dim step counter may live on the host
-                        yield f"{where}.state[{j}][{key!r}]", s
-    elif isinstance(x, dict):
-        for k, v in x.items():
-            yield from _tensors(v, f"{where}[{k!r}]")
-    elif isinstance(x, (list, tuple)):
-        for i, v in enumerate(x):
-            yield from _tensors(v, f"{where}[{i}]")
+    for where, leaf in named_leaves(x, where):
+        if isinstance(leaf, torch.Tensor):
+            yield where, leaf
+        elif isinstance(leaf, torch.nn.Module):
+            for name, t in [*leaf.named_parameters(), *leaf.named_buffers()]:
+                yield f"{where}.{name}", t
+        elif isinstance(leaf, torch.optim.Optimizer):
+            for i, group in enumerate(leaf.param_groups):
+                for j, p in enumerate(group["params"]):
+                    yield f"{where}.param_groups[{i}][{j}]", p
+                    for key, s in leaf.state.get(p, {}).items():
+                        if isinstance(s, torch.Tensor) and s.dim() > 0:  # a 0-dim step counter may live on the host
+                            yield f"{where}.state[{j}][{key!r}]", s
 
 
 def _device_only(name: str, op):

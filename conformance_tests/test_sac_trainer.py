@@ -173,6 +173,17 @@ def test_full_preset_carries_the_v2_sizes_of_the_spec():
     assert cfg.encoder == "gru"  # §9: GRU hidden 256
 
 
+@pytest.mark.parametrize("pair", ["cuda_graph=maybe", "lr_pi=fast", "batch_size=2.5", "env.n_envs=x"])
+def test_an_override_of_the_wrong_type_is_an_error(pair):
+    """``--set`` values keep their field's type: a string for a flag would be a true value, silently."""
+    from reference_impl.sac.trainer import Config, apply_overrides
+
+    with pytest.raises(ValueError, match=r"wrong type: " + pair.split("=")[0]):
+        apply_overrides(Config(), [pair])
+    cfg = apply_overrides(Config(), ["lr_pi=1", "cuda_graph=False", "max_lines=None", "kpi_rows=None"])
+    assert (cfg.lr_pi, cfg.cuda_graph, cfg.max_lines, cfg.kpi_rows) == (1, False, None, None)
+
+
 def _write_run(path, critic, top3_at):
     """A metrics.jsonl as the trainer writes it: training records, and evaluation records at ``top3_at``."""
     path.mkdir(parents=True)

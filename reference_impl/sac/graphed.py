@@ -50,10 +50,11 @@ def can_capture(*tensors: torch.Tensor, all_rows=None) -> bool:
 class CapturedUpdate:
     """``update_step`` bound to its networks and optimisers, replayed from a CUDA graph on a GPU.
 
-    ``capture=False`` (or a process that cannot capture) makes every call the eager update. The first ``warmup`` calls run eagerly on a side stream (real updates: they also create the
-    optimiser state and the library workspaces that capture must not allocate); the next call records
-    the graph, and every later call with a batch of the same signature replays it. Returns what
-    ``update_step`` returns: the diagnostics as floats, one host read per call.
+    ``capture=False`` (or a process that cannot capture) makes every call the eager update. Otherwise the
+    first ``warmup`` calls run eagerly on a side stream (real updates: they also create the optimiser
+    state and the library workspaces that capture must not allocate); the next call records the graph,
+    and every later call with a batch of the same signature replays it. Returns what ``update_step``
+    returns: the diagnostics as floats, one host read per call.
 
     Implements: SAC-STEP-1 (the phases of ``update_step``, replayed).
     """
@@ -99,10 +100,9 @@ class CapturedUpdate:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNCAPTURED)
-            out = phase_diagnostics(self.order, *self.nets, self.static, **self.hp)
-            keys, vector = list(out), stack_diagnostics(out)
+            out = run_phases(self.order, *self.nets, self.static, **self.hp)  # reads back: the side stream is done
         torch.cuda.current_stream().wait_stream(side)
-        return dict(zip(keys, vector.tolist()))
+        return out
 
     def _capture(self) -> bool:
         """Record the update; False (and eager from now on, with a warning) where capture fails."""

@@ -56,7 +56,7 @@ class Config:
     seed: int = 0  # seeds torch, numpy, random and the env/replay generator
     threads: int = 1  # torch CPU threads (multi-threaded small reductions are slower on a shared 2-core box)
     vocab_size: int = 2000  # |Σ| cap: the most frequent training characters (+ <pad>, <unk>, <eos>; 98.7% of the text)
-    max_lines: int = 8000  # paragraphs read from the People's Daily corpus (train + held-out)
+    max_lines: int | None = 8000  # paragraphs read from the People's Daily corpus (train + held-out); None: all
     heldout_frac: float = 0.1  # the last share of those paragraphs is the out-of-domain set
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # POMDP and reward settings
     d_model: int = 64  # embedding width d (spec default 128, scaled down for CPU)
@@ -91,7 +91,7 @@ class Config:
     eval_passages: int = 32  # held-out passages written freely for the coverage metric
     eval_len: int = 64  # characters written per evaluation passage
     eval_ngram: int = 4  # n of the evaluation coverage (the §10 gate uses 4-grams)
-    kpi_rows: int = 32  # batch rows whose Top-p coverage is logged
+    kpi_rows: int | None = 32  # batch rows whose Top-p coverage is logged (None: every row)
     ckpt_every: int = 250  # updates between checkpoints (and one at the end)
     dtype: str = "float32"  # dtype of the networks, log α and the update tensors (float32, float64, bfloat16)
     cuda_graph: bool = True  # on one CUDA GPU, replay the update from a CUDA graph (graphed.py); eager elsewhere
@@ -199,9 +199,8 @@ def make_update(s: dict, cfg: Config) -> CapturedUpdate:
     """
     opts = {"q": s["opt_q"], "pi": s["opt_pi"], "alpha": s["opt_alpha"]}
     d = s["dist"]
-    graph = cfg.cuda_graph and not d.enabled
     return CapturedUpdate(s["ddp_policy"], s["ddp_critic"], s["target"], s["log_alpha"], opts,
-                          capture=graph, gamma=cfg.gamma, top_p=cfg.top_p, kappa=cfg.kappa,
+                          capture=cfg.cuda_graph, gamma=cfg.gamma, top_p=cfg.top_p, kappa=cfg.kappa,
                           tau=cfg.tau, lambda_bc=cfg.lambda_bc, lambda_cql=cfg.lambda_cql, use_cql=cfg.use_cql,
                           policy_use_topp=cfg.policy_use_topp, huber_delta=cfg.huber_delta, grad_clip=cfg.grad_clip,
                           alpha_min=cfg.alpha_min, alpha_max=cfg.alpha_max, kpi_rows=cfg.kpi_rows,
@@ -450,7 +449,30 @@ def apply_overrides(cfg: Config, pairs: list[str]) -> Config:
     unknown = [k for k in kw if k not in names] + [f"env.{k}" for k in env_kw if f"env.{k}" not in names]
     if unknown:
         raise ValueError(f"unknown config field(s): {', '.join(unknown)}")
+    wrong = [f"{prefix}{k}={v!r} (expected {_kind(getattr(obj, k))})"
+             for prefix, obj, kv in (("", cfg, kw), ("env.", cfg.env, env_kw)) for k, v in kv.items()
+             if not _fits(getattr(obj, k), v, _FIELD_TYPES[type(obj)][k])]
+    if wrong:
+        raise ValueError(f"config value(s) of the wrong type: {', '.join(wrong)}")
     return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env_kw), **kw)
+
+
+def _kind(default) -> str:
+    return "a number" if type(default) is float else type(default).__name__
+
+
+_FIELD_TYPES = {c: {f.name: str(f.type) for f in dataclasses.fields(c)} for c in (Config, EnvConfig)}
+
+
+def _fits(default, value, annotation: str) -> bool:
+    """Whether an override may replace a field whose default is ``default``: the same type (an int for a
+    float; None where the annotation allows it; anything where the default is None), so
+    ``cuda_graph=maybe`` is an error, not a true value."""
+    if default is None or (value is None and "None" in annotation):
+        return True
+    if type(default) is float:
+        return type(value) in (int, float)
+    return type(value) is type(default)
 
 
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m reference_impl.sac.trainer --out DIR --updates U

@@ -54,12 +54,15 @@ def _units(metrics: Path, per_update) -> int | None:
 
 
 def main(argv=None) -> dict:
+    from rlconform.cli import TRAINERS
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="write the results here")
-    ap.add_argument("trainer", help="a `rlconform train` name")
+    ap.add_argument("trainer", choices=sorted(TRAINERS), help="a `rlconform train` name")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the trainer's own arguments (with --out and --device)")
     a = ap.parse_args(argv)
-    from rlconform.cli import TRAINERS
+    if "--out" not in a.args[:-1]:
+        ap.error("give the trainer its --out DIR (the metrics are read from there)")
     import torch
     from torch.profiler import ProfilerActivity, profile
 
