@@ -212,7 +212,18 @@ def _cuda_audit_note() -> str:
     return ("\nThe GPU rows come from the same run as the reference's audit on CUDA (`rlconform audit --device cuda`, "
             f"commit `{commit[:12]}`): [checklist](raw/audit_reference_cuda_checklist.md), "
             "[report](raw/audit_reference_cuda.json). The SAC ratios on the GPU are per synchronised update, as the "
-            "trainer runs (it reads its diagnostics after every update).\n")
+            "trainer runs (it reads its diagnostics after every update)." + _reruns() + "\n")
+
+
+def _reruns() -> str:
+    """The captured SAC update's ratio in the other GPU runs on file: the spread a single run hides."""
+    runs = {p.name: json.loads(p.read_text())["median_s"] for p in sorted(RAW.glob("sac_update_cuda_rerun*.json"))}
+    if not runs:
+        return ""
+    parts = [f"{m['torchrl'] / m['reference_graph']:.2f} (captured {m['reference_graph'] * 1e3:.1f} ms, "
+             f"TorchRL {m['torchrl'] * 1e3:.1f} ms; [raw](raw/{name}))" for name, m in runs.items()]
+    return (" Re-run on the same kind of card, TorchRL / captured was " + "; ".join(parts) + ": the captured update "
+            "holds its time, TorchRL's varies with the host, so the ratio is read as a range, not one figure.")
 
 
 def render() -> tuple[str, dict]:
