@@ -40,7 +40,7 @@ NOT_APPLICABLE = "not applicable:"
 # test's calls, clauses and deadline.
 _STATE: dict[str, Any] = {"impl": "reference_impl:make", "device": "cpu", "calls": [], "clauses": (),
                           "deadline": None, "timed_out": None, "first_failure": None, "not_applicable": 0,
-                          "capabilities": {},
+                          "severity": None, "capabilities": {},
                           "deviations": {}}
 
 
@@ -77,15 +77,37 @@ def reset_calls() -> None:
 def begin_test(*, clauses: Iterable[str] = (), timeout: float | None = None) -> None:
     """Start a test: no recorded calls, its clauses (named in failures), and its time budget."""
     _STATE.update(calls=[], clauses=tuple(clauses), timed_out=None, first_failure=None, not_applicable=0,
-                  deviations={},
+                  deviations={}, severity=None,
                   deadline=time.monotonic() + timeout if timeout else None)
 
 
-def _note_failure(kind: str, message: str) -> None:
+# How much a failure hurts a user, worst first (the checklist orders findings by it):
+# - critical: training breaks: NaN/inf where the answer is finite, or the implementation raised;
+# - major: a wrong result, a wrong decision, a missing guard;
+# - minor: a numerical residue, within RESIDUE of the answer's scale, past a tight tolerance.
+SEVERITIES = ("critical", "major", "minor")
+RESIDUE = 1e-6
+
+
+def _note_failure(kind: str, message: str, severity: str | None = None) -> None:
     """Remember the test's first failure: if the time budget then runs out while Hypothesis shrinks it,
-    the verdict is that failure (unshrunk), not a timeout."""
+    the verdict is that failure (unshrunk), not a timeout. The severity is the latest failure's: after
+    shrinking, Hypothesis replays the minimal example last, and that is the one the report shows."""
     if _STATE["first_failure"] is None:
         _STATE["first_failure"] = (kind, message)
+    _STATE["severity"] = severity or ("critical" if kind == "error" else "major")
+
+
+def failure_severity() -> str | None:
+    """The severity of the current test's reported failure (None when nothing failed)."""
+    return _STATE["severity"]
+
+
+def _severity_of(got: np.ndarray, expected: np.ndarray, err: float) -> str:
+    if (~np.isfinite(got) & np.isfinite(expected)).any():
+        return "critical"
+    scale = float(np.max(np.abs(expected[np.isfinite(expected)]), initial=0.0))
+    return "minor" if math.isfinite(err) and err <= RESIDUE * max(scale, 1.0) else "major"
 
 
 def first_failure() -> tuple[str, str] | None:
@@ -306,7 +328,38 @@ def configure(impl: str, device: str) -> tuple[str, str]:
 
 
 # ----------------------------------------------------------------------------- repro snippets
+_EVAL_NS = {"torch": torch, "np": np}
+_PICKLE_LIMIT = 2_000_000  # bytes: a repro carries small test networks, never a real model
+
+
+def _evaluates(text: str) -> bool:
+    try:
+        eval(compile(text, "<repro>", "eval"), dict(_EVAL_NS))  # noqa: S307 - our own repr, checked once
+        return True
+    except Exception:  # noqa: BLE001 - any failure means the repr is not Python that rebuilds the value
+        return False
+
+
+def _pickled(x: Any) -> str:
+    """``_load('<base64>')``: the object as torch.save wrote it (modules, optimisers, anything whose repr is
+    not Python). Its class must be importable where the repro runs, as the suite's test networks are."""
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    try:
+        torch.save(x, buf)
+    except Exception as e:  # noqa: BLE001 - unpicklable: say so in the repro rather than write broken code
+        return f"_unavailable({f'{type(x).__name__} could not be serialised ({type(e).__name__})'!r})"
+    if buf.tell() > _PICKLE_LIMIT:
+        return f"_unavailable({f'{type(x).__name__} is {buf.tell() // 1000} kB serialised'!r})"
+    return f"_load({base64.b64encode(buf.getvalue()).decode()!r})"
+
+
 def _literal(x: Any) -> str:
+    """Python source that rebuilds ``x`` in a repro: tensors as ``torch.tensor(...)`` (walked into lists,
+    tuples and dicts), dtypes and devices by name, generators with their state, the rest by ``repr`` when
+    that evaluates and else from its serialised bytes."""
     if isinstance(x, torch.Tensor):
         rg = ", requires_grad=True" if x.requires_grad and x.is_leaf else ""
         body = re.sub(r"\b(nan|inf)\b", r"float('\1')", repr(x.detach().cpu().tolist()))
@@ -315,10 +368,34 @@ def _literal(x: Any) -> str:
         return f"np.array({x.tolist()!r}, dtype=np.{x.dtype})"
     if isinstance(x, float) and not math.isfinite(x):
         return f"float({str(x)!r})"
-    if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
-        inner = ", ".join(_literal(v) for v in x)
-        return f"[{inner}]" if isinstance(x, list) else f"({inner},)"
-    return repr(x)
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, list):
+        return "[" + ", ".join(_literal(v) for v in x) + "]"
+    if isinstance(x, tuple) and type(x) is tuple:
+        return "(" + "".join(f"{_literal(v)}, " for v in x) + ")"
+    if isinstance(x, torch.device):
+        return f"torch.device({str(x)!r})"
+    if isinstance(x, torch.Generator):
+        return f"_generator({x.device.type!r}, {x.get_state().tolist()!r})"
+    if x is None or isinstance(x, (bool, int, float, str, torch.dtype)):
+        return repr(x)
+    text = repr(x)
+    return text if _evaluates(text) else _pickled(x)
+
+
+_REPRO_HELPERS = {
+    "_load(": ("import base64, io\n"
+               "def _load(b):  # an argument serialised with torch.save (a network, an optimiser, ...)\n"
+               "    return torch.load(io.BytesIO(base64.b64decode(b)), weights_only=False)"),
+    "_unavailable(": ("def _unavailable(why):  # an argument the report could not carry\n"
+                      "    raise SystemExit(f'this repro needs an argument the report could not carry: {why}; "
+                      "build it as your test does')"),
+    "_generator(": ("def _generator(device, state):  # a torch.Generator in the state the call got\n"
+                    "    g = torch.Generator(device=device)\n"
+                    "    g.set_state(torch.tensor(state, dtype=torch.uint8))\n"
+                    "    return g"),
+}
 
 
 def describe_call(call: tuple[str, tuple, dict]) -> str:
@@ -571,15 +648,14 @@ def repro_snippet(calls: Iterable[tuple[str, tuple, dict]] | None = None, limit:
     calls = list(calls if calls is not None else _STATE["calls"])[-limit:]
     if not calls:
         return ""
-    lines = [
-        "import torch",
-        "from conformance_tests.impl import load_impl",
-        f"impl = load_impl({_STATE['impl']!r})",
-    ]
+    body = []
     for name, args, kwargs in calls:
         fam, _, op = name.partition(".")
         argv = [_literal(a) for a in args] + [f"{k}={_literal(v)}" for k, v in kwargs.items()]
-        lines.append(f"print(impl.{fam}.{op}({', '.join(argv)}))")
+        body.append(f"print(impl.{fam}.{op}({', '.join(argv)}))")
+    lines = ["import torch", "import numpy as np", "from conformance_tests.impl import load_impl",
+             *(helper for key, helper in _REPRO_HELPERS.items() if any(key in b for b in body)),
+             f"impl = load_impl({_STATE['impl']!r})", *body]
     return "\n".join(lines)
 
 
@@ -689,11 +765,18 @@ def _fmt(x: Any) -> str:
     return repr(plain(x))
 
 
-def fail(clause: str, got: Any, expected: Any, detail: str = "") -> None:
+def fail(clause: str, got: Any, expected: Any, detail: str = "", *, severity: str | None = None) -> None:
     msg = f"got {_fmt(got)}, but should be {_fmt(expected)} [{clause}: {_last_call_text()}]"
     if detail:
         msg += f"\n  {detail}"
-    _note_failure("fail", msg)
+    if severity is None:
+        try:  # a non-finite result where the answer is finite breaks training, whatever the assertion
+            g, e = _to_numpy(got), _to_numpy(expected)
+            if g.dtype.kind in "fc" and g.shape == e.shape and (~np.isfinite(g) & np.isfinite(e.astype(float))).any():
+                severity = "critical"
+        except Exception:  # noqa: BLE001 - got/expected are not numeric arrays: leave the default
+            pass
+    _note_failure("fail", msg, severity)
     pytest.fail(msg, pytrace=False)
 
 
@@ -769,12 +852,14 @@ def assert_close(got: Any, expected: Any, clause: str, *, dtype: Any = None, wha
         fail(clause, f"shape {g.shape}", f"shape {e.shape}", what)
     g = g.reshape(e.shape) if g.size == e.size else g
     if not np.all(np.isfinite(g) == np.isfinite(e)):
-        fail(clause, got, expected, f"{what} non-finite values differ".strip())
+        fail(clause, got, expected, f"{what} non-finite values differ".strip(),
+             severity="critical" if (~np.isfinite(g) & np.isfinite(e)).any() else "major")
     fin = np.isfinite(e)
     ok = np.allclose(g[fin].astype(np.float64), e[fin].astype(np.float64), rtol=rtol, atol=atol) if fin.any() else True
     if not ok or not np.array_equal(g[~fin], e[~fin]):
         err = np.max(np.abs(g[fin].astype(np.float64) - e[fin].astype(np.float64))) if fin.any() else float("nan")
-        fail(clause, got, expected, f"{what} max abs error {err:.3g} > atol {atol:g} + rtol {rtol:g}·|expected|".strip())
+        fail(clause, got, expected, f"{what} max abs error {err:.3g} > atol {atol:g} + rtol {rtol:g}·|expected|".strip(),
+             severity=_severity_of(g.astype(np.float64), e.astype(np.float64), float(err)))
 
 
 def assert_dtype(got: Any, dtype: torch.dtype, clause: str, what: str = "") -> None:

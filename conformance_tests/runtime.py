@@ -349,6 +349,9 @@ class RlconformRun:
             # the message is the failure itself, taken from the exception where it was raised: never a
             # scrape of the report's text (under xdist that begins with the worker's header)
             extra["message"] = failure_message(call.excinfo.value)
+            if extra.get("status") != "not_applicable":
+                extra["severity"] = ("critical" if extra.get("status") in ("error", "timeout")
+                                     else harness.failure_severity() or "major")
             examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure
             if examples:
                 extra["falsifying_example"] = "\n".join(examples)

@@ -6,6 +6,7 @@ import math
 import io
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -115,7 +116,7 @@ def test_audit_cli_writes_report_and_exits_by_must_failures(tmp_path):
     td = next(c for c in report["clauses"] if c["id"] == "SAC-TD-1")
     assert td["status"] == "fail" and td["level"] == "MUST" and td["tests"] >= 2
     text = out.getvalue()
-    assert text.index("Verdict (exit 1)") < text.index("## Findings") < text.index("Grey-release checklist") \
+    assert text.index("Verdict (exit 1)") < text.index("## Findings that fail the audit") < text.index("Grey-release checklist") \
         < text.index("Summary")
     assert "(1-done) truncation" in text
     assert (tmp_path / "checklist.md").read_text().startswith("# rlconform audit")
@@ -324,3 +325,36 @@ def test_ops_that_follow_their_declared_conventions_are_deviations_not_failures(
                          ["SAC-ENT-1", "SAC-DEFAULT-3", "PPO-ADV-1", "PPO-DEFAULT-3"], profile="mutant"))
     assert set(st.values()) == {"deviation"}, st
 
+
+
+def test_the_repro_of_an_operation_on_networks_runs():
+    """sac.losses takes networks and a dict batch: the repro rebuilds them (no module reprs, no bare tensor())."""
+    rep = _report("conformance_tests.mutants.sac:losses_target_from_online_critic", ["SAC-LOSSES-1"], profile="mutant")
+    entry = next(c for c in rep["clauses"] if c["id"] == "SAC-LOSSES-1")
+    assert entry["status"] == "fail" and "impl.sac.losses(" in entry["repro"], entry.get("repro")
+    assert "_load(" in entry["repro"]  # the networks travel serialised
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(entry["repro"], "repro", "exec"), {})
+    assert "loss_" in out.getvalue()
+
+
+def test_repro_literals_rebuild_their_values():
+    from conformance_tests.harness import _REPRO_HELPERS, _literal
+    from conformance_tests.modules import TableModule
+
+    ns = {"torch": torch, "np": np}
+    for helper in _REPRO_HELPERS.values():
+        exec(helper, ns)
+    gen = torch.Generator().manual_seed(7)
+    value = {"obs": torch.tensor([[1.0, float("nan")]]), "ids": [torch.tensor([0, 2]), (3, "x")],
+             "device": torch.device("cpu"), "dtype": torch.float32, "inf": float("inf")}
+    back = eval(_literal(value), ns)  # noqa: S307 - the literal is what the repro runs
+    assert back["obs"].dtype == torch.float32 and torch.equal(back["obs"].isnan(), value["obs"].isnan())
+    assert torch.equal(back["ids"][0], value["ids"][0]) and back["ids"][1] == (3, "x")
+    assert back["device"] == torch.device("cpu") and back["dtype"] is torch.float32 and back["inf"] == float("inf")
+    g2 = eval(_literal(gen), ns)  # noqa: S307
+    assert torch.equal(torch.rand(3, generator=g2), torch.rand(3, generator=gen))
+    net = TableModule(torch.randn(4, 3))
+    back = eval(_literal(net), ns)  # noqa: S307
+    assert isinstance(back, TableModule) and all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
+                                                                                     net.state_dict().values()))

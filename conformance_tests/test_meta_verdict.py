@@ -596,7 +596,7 @@ def test_report_lists_findings_then_deviations_then_the_rest():
     status = {c["id"]: c["status"] for c in report["clauses"]}
     assert status == {"PPO-KL-1": "fail", "PPO-LOSS-2": "deviation"}, status
     text = render_checklist(report)
-    order = [text.index(h) for h in ("## Findings", "## Deviations", "## Grey-release checklist")]
+    order = [text.index(h) for h in ("## Findings that fail the audit", "## Deviations", "## Grey-release checklist")]
     assert order == sorted(order), order
     table = text[text.index("| clause | level | status"):]
     assert table.index("PPO-KL-1") < table.index("PPO-LOSS-2")  # the family table too: fail, deviation, pass
@@ -752,3 +752,58 @@ def test_a_run_directory_has_one_writer(tmp_path):
     run.log(update=7)
     assert [r["update"] for r in run.metrics()] == [7]
     run.close()
+
+
+# ----------------------------------------------------------------------------- what a clause's level governs
+def unvalidated_normalisation():
+    """Advantage normalisation without its input checks (NaN passes through): a SHOULD check left out."""
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        out = (advantage - advantage.mean()) / (advantage.std() + eps)
+        return out if clamp is None else out.clamp(-clamp, clamp)
+
+    return override(reference_impl.make(), "ppo", normalize_advantages=normalize_advantages)
+
+
+def test_a_should_behaviour_that_is_there_and_wrong_fails_the_audit():
+    report = clause_report(run_suite("conformance_tests.mutants.ppo:advantage_eps_inside_sqrt", clauses=["PPO-ADV-1"]))
+    (c,) = report["clauses"]
+    assert (c["level"], c["binding"], c["status"]) == ("SHOULD", True, "fail"), c
+    assert report["summary"]["should_failed"] == ["PPO-ADV-1"] and report["summary"]["must_failed"] == []
+    assert report["summary"]["exit_code"] == 1 and "present but wrong: PPO-ADV-1" in report["summary"]["verdict"]
+    text = render_checklist(report)
+    assert "## Findings that fail the audit" in text and "## Recommendations not followed" not in text
+
+
+def test_a_should_check_left_out_is_a_recommendation_not_followed():
+    report = clause_report(run_suite(f"{HERE}:unvalidated_normalisation", clauses=["PPO-INPUT-4"]))
+    (c,) = report["clauses"]
+    assert (c["level"], c["kind"], c["binding"], c["status"]) == ("SHOULD", "input", False, "fail"), c
+    assert report["summary"]["advisory_failed"] == ["PPO-INPUT-4"] and report["summary"]["exit_code"] == 0
+    text = render_checklist(report)
+    assert "## Recommendations not followed" in text and "## Findings that fail the audit" not in text
+
+
+def nan_ratio_std_and_flipped_kl():
+    """Two findings: one that breaks training (a NaN diagnostic) and a plain wrong sign."""
+    impl = reference_impl.make()
+    kl = impl.ppo.approx_kl
+    return override(impl, "ppo", approx_kl=lambda old, new: -kl(old, new),
+                    ratio_std=lambda ratio: ratio.std() * float("nan"))
+
+
+def test_findings_are_ordered_by_severity_then_level():
+    report = clause_report(run_suite(f"{HERE}:nan_ratio_std_and_flipped_kl", clauses=["PPO-KL-1", "PPO-RATIO-2"]))
+    sev = {c["id"]: c.get("severity") for c in report["clauses"]}
+    assert sev == {"PPO-KL-1": "major", "PPO-RATIO-2": "critical"}, sev
+    text = render_checklist(report)
+    # the SHOULD clause whose NaN would wreck training comes before the MUST clause's wrong sign
+    assert text.index("[critical] **PPO-RATIO-2**") < text.index("[major] **PPO-KL-1**")
+
+
+def test_a_residue_is_minor_a_wrong_value_major_a_nan_critical():
+    from conformance_tests.harness import _severity_of
+
+    e = torch.tensor([10.1, 10.1, 3.0], dtype=torch.float64).numpy()
+    assert _severity_of(e + 1.4e-11, e, 1.4e-11) == "minor"
+    assert _severity_of(e + 0.47, e, 0.47) == "major"
+    assert _severity_of(e * float("nan"), e, float("nan")) == "critical"

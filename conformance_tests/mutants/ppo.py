@@ -245,6 +245,19 @@ def normalize_ignores_keywords(ref):
     return override(ref, "ppo", normalize_advantages=normalize_advantages)
 
 
+@mutant("PPO-ADV-1", doc="eps inside the square root: (A - mean) / sqrt(var + eps), a SHOULD formula the "
+        "implementation provides and computes wrongly (issue 27, class 1: it must fail the audit, not only a test).",
+        source="a common normalisation written from memory")
+def advantage_eps_inside_sqrt(ref):
+    import torch
+
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        out = (advantage - advantage.mean()) / torch.sqrt(advantage.var() + eps)
+        return out if clamp is None else out.clamp(-clamp, clamp)
+
+    return override(ref, "ppo", normalize_advantages=normalize_advantages)
+
+
 class _NoZeroGrad:
     """An optimiser whose zero_grad does nothing: gradients pile up from step to step."""
 

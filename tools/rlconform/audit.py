@@ -479,6 +479,14 @@ def _clause_deviations(tests: list[tuple[str, dict]]) -> list[dict]:
     return [out[k] for k in sorted(out)]
 
 
+SEVERITIES = ("critical", "major", "minor")  # harness.SEVERITIES: how much a failure hurts, worst first
+
+
+def _worst_severity(failing: list[dict]) -> str:
+    """A clause's severity: the worst of its failing tests' (an expected failure counts as what it is)."""
+    return min((f["severity"] for f in failing), key=SEVERITIES.index, default="major")
+
+
 def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
     """Every failing test of a clause, worst status first, then golden before example before property."""
     bad = [(n, t) for n, t in tests if t.get("outcome") in _STATUS_RANK]
@@ -486,6 +494,7 @@ def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
     out = []
     for nodeid, t in bad:
         entry = {"test": nodeid, "status": t["outcome"], "kind": t.get("kind"),
+                 "severity": t.get("severity") or ("critical" if t["outcome"] in ("error", "timeout") else "major"),
                  "message": _first_lines(t.get("message") or "", 12)}
         for key in ("falsifying_example", "reproduce_failure", "repro"):
             if t.get(key):
@@ -533,12 +542,12 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
                 if (not payload.get("preflight_error") and (not selected or c.id in selected)
                         and not c.deprecated and c.id not in reference_only_clauses()):
                     clauses.append({"id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind,
-                                    "status": "untested", "tests": 0, "passed": 0, "not_applicable_tests": 0,
+                                    "binding": c.binding, "status": "untested", "tests": 0, "passed": 0, "not_applicable_tests": 0,
                                     "not_run_tests": 0})
                 continue
             outcomes = [t.get("outcome") or "not_run" for _, t in tests]
             entry: dict[str, Any] = {
-                "id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind,
+                "id": c.id, "family": fam, "title": c.title, "level": c.level, "kind": c.kind, "binding": c.binding,
                 "status": _fold(outcomes), "tests": len(tests),
                 "passed": outcomes.count("pass") + outcomes.count("xpass") + outcomes.count("deviation"),
                 "not_applicable_tests": outcomes.count("not_applicable"),
@@ -550,6 +559,7 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
             failing = _failing_tests(tests)
             if failing:
                 first = failing[0]
+                entry.update(severity=_worst_severity(failing))
                 entry.update(failing_test=first["test"], message=first["message"],
                              falsifying_example=first.get("falsifying_example"),
                              reproduce_failure=first.get("reproduce_failure"), failing_tests=failing)
@@ -580,13 +590,17 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
     }
     counts = {s: sum(1 for c in clauses if c["status"] == s) for s in STATUSES}
     must_failed = [c["id"] for c in clauses if c["level"] == "MUST" and c["status"] in FAILED]
+    # a SHOULD behaviour that is there and wrong (spec.BINDING_KINDS) fails the audit too
+    should_failed = [c["id"] for c in clauses if c["level"] != "MUST" and c["binding"] and c["status"] in FAILED]
+    advisory = [c["id"] for c in clauses if not c["binding"] and c["status"] in FAILED]
     executed = sum(1 for t in payload["tests"].values()
                    if not t.get("meta") and t.get("outcome") not in ("not_applicable", "skipped", "not_run", None))
     outside = sorted(c for c in reference_only_clauses() if spec.clause(c).family in audited)
     report = {
         "run_info": run_info,
         "reference_only": outside,
-        "summary": {**counts, "clauses": len(clauses), "must_failed": must_failed, "tests_executed": executed,
+        "summary": {**counts, "clauses": len(clauses), "must_failed": must_failed, "should_failed": should_failed,
+                    "advisory_failed": advisory, "tests_executed": executed,
                     "tests_not_run": sum(1 for t in payload["tests"].values() if t.get("outcome") == "not_run")},
         "warnings": [f"expectation for {c} matches no collected test" for c in payload.get("unmatched_expectations", [])],
         "clauses": clauses,
@@ -605,14 +619,18 @@ def exit_code(report: dict) -> tuple[int, str]:
         return EXIT_SUITE, f"time budget exhausted: {s['tests_not_run']} test(s) never ran, so no verdict"
     if s["tests_executed"] == 0:
         return EXIT_SUITE, "no clause test was executed (everything selected is not applicable), so no verdict"
-    if s["must_failed"]:
-        return EXIT_MUST_FAILED, f"{len(s['must_failed'])} MUST clause(s) failed: {', '.join(s['must_failed'])}"
+    should = s.get("should_failed") or []
+    if s["must_failed"] or should:
+        parts = [f"{len(s['must_failed'])} MUST clause(s) failed: {', '.join(s['must_failed'])}"] if s["must_failed"] else []
+        if should:
+            parts.append(f"{len(should)} SHOULD behaviour(s) present but wrong: {', '.join(should)}")
+        return EXIT_MUST_FAILED, "; ".join(parts)
     if s["tests_not_run"]:
         return EXIT_SUITE, f"{s['tests_not_run']} test(s) never ran, so no verdict"
     if s["untested"]:
         ids = [c["id"] for c in report["clauses"] if c["status"] == "untested"]
         return EXIT_SUITE, f"{len(ids)} clause(s) of the spec have no test in this suite ({', '.join(ids[:5])})"
-    return EXIT_OK, f"every selected clause ran; no MUST clause failed ({s['clauses']} clauses)"
+    return EXIT_OK, f"every selected clause ran; no MUST clause failed and no SHOULD behaviour is wrong ({s['clauses']} clauses)"
 
 
 def _torch_version() -> str:
@@ -648,7 +666,34 @@ def _finding_line(c: dict) -> str:
     msg = (c.get("message") or "").splitlines()
     more = len(c.get("failing_tests", [])) - 1
     tail = f" (+{more} more failing test{'s' if more > 1 else ''})" if more > 0 else ""
-    return f"- **{c['id']}** ({c['level']}) {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}{tail}"
+    sev = f"[{c['severity']}] " if c.get("severity") else ""
+    return f"- {sev}**{c['id']}** ({c['level']}) {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}{tail}"
+
+
+def _binding(c: dict) -> bool:
+    return c.get("binding", c["level"] == "MUST")  # reports written before the field: MUST only
+
+
+# What each group of findings means (spec.BINDING_KINDS): the level says whether a behaviour may be left
+# out, never whether a behaviour that is there may be wrong.
+_FINDING_GROUPS = (
+    ("Findings that fail the audit", "A MUST clause failed, or a SHOULD behaviour the implementation provides "
+     "computes its documented formula or rule wrongly. Worst first: critical (NaN/inf, a crash or a hang), "
+     "major (a wrong result or decision), minor (a numerical residue past a tight tolerance).", True),
+    ("Recommendations not followed", "SHOULD defaults and input checks the implementation does differently or "
+     "leaves out; they do not fail the audit.", False),
+)
+
+
+def _findings_section(clauses: list[dict]) -> list[str]:
+    out: list[str] = []
+    for head, meaning, binding in _FINDING_GROUPS:
+        rows = [c for c in clauses if c["status"] in FAILED and _binding(c) == binding]
+        rows.sort(key=lambda c: (SEVERITIES.index(c.get("severity") or "major"), c["level"] != "MUST",
+                                 _STATUS_RANK.get(c["status"], 9), c["id"]))
+        if rows:
+            out += ["", f"## {head}", "", meaning, ""] + [_finding_line(c) for c in rows]
+    return out
 
 
 def _cell(x: Any) -> str:
@@ -689,10 +734,7 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
         + f", profile `{info['profile']}`, seed `{info.get('seed')}`, device `{info['device']}`, "
           f"torch {info['torch']}, finished {info['finished']}",
     ]
-    findings = [c for c in report["clauses"] if c["status"] in FAILED]
-    findings.sort(key=lambda c: (c["level"] != "MUST", _STATUS_RANK.get(c["status"], 9), c["id"]))
-    if findings:
-        out += ["", "## Findings", ""] + [_finding_line(c) for c in findings]
+    out += _findings_section(report["clauses"])
     out += _deviation_section(report["clauses"])
     for st, head in (("not_run", "Not run"), ("untested", "No test in this suite")):
         ids = [c["id"] for c in report["clauses"] if c["status"] == st]
@@ -720,7 +762,7 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
         if not rows:
             continue
         out += ["", f"## {fam}: {fspec.name} ({fspec.version})", ""]
-        rows.sort(key=lambda c: (0 if c["level"] == "MUST" and c["status"] in FAILED else 1,
+        rows.sort(key=lambda c: (0 if _binding(c) and c["status"] in FAILED else 1,
                                  rank.get(c["status"], 5), c["id"]))
         out.append("| clause | level | status | tests | title |")
         out.append("|---|---|---|---|---|")
@@ -735,7 +777,10 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
     out += ["", f"**Summary:** {s['clauses']} clauses: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
             f"{s['timeout']} timeout, {s.get('deviation', 0)} deviation, {s['expected_fail']} expected failures, {s['not_applicable']} not applicable, "
             f"{s['not_run']} not run, {s['untested']} untested; MUST failures: {len(s['must_failed'])}"
-            + (f" ({', '.join(s['must_failed'])})" if s["must_failed"] else "") + "."]
+            + (f" ({', '.join(s['must_failed'])})" if s["must_failed"] else "")
+            + f"; SHOULD behaviours present but wrong: {len(s.get('should_failed') or [])}"
+            + (f" ({', '.join(s['should_failed'])})" if s.get("should_failed") else "")
+            + f"; recommendations not followed: {len(s.get('advisory_failed') or [])}."]
     return "\n".join(out) + "\n"
 
 

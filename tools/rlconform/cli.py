@@ -22,6 +22,23 @@ TRAINERS = {
 }
 
 
+# Results studies: ``rlconform study NAME`` runs ``module.run`` then ``module.publish``.
+STUDIES = {"isreshape-lm": "rlconform.study.isreshape_lm"}
+
+
+def _cmd_study(args) -> int:
+    mod = importlib.import_module(STUDIES[args.name])
+    kw = {"updates": args.updates} if args.updates else {}
+    if args.parallel < 1:
+        print(f"rlconform study: error: --parallel {args.parallel} must be at least 1", file=sys.stderr)
+        return 2
+    if not args.no_run:
+        mod.run(Path(args.out), parallel=args.parallel, **kw)
+    if args.publish:
+        print(mod.publish(Path(args.out), Path(args.publish), **kw))
+    return 0
+
+
 def _cmd_audit(args) -> int:
     from conformance_tests.preflight import PreflightError, run as preflight
     from rlconform import audit
@@ -194,6 +211,8 @@ def _cmd_mutants(args) -> int:
     for r in results:
         verdict = "SURVIVED" if r.survived else "killed"
         line = f"{verdict:8s} {r.family:9s} {r.name:{width}s} by {', '.join(r.killed_by) or '-'}"
+        if r.killed_by and r.exit_code != 1:
+            line += f"  (the audit exits {r.exit_code}: those failures do not fail it)"
         if r.missed:
             line += f"  (not by {', '.join(r.missed)})"
         if args.full and r.also_tripped:
@@ -329,12 +348,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("name", choices=sorted(TRAINERS))
 
     sub.add_parser("bench", help="run the benchmarks (pytest-benchmark)", add_help=False)
+
+    st = sub.add_parser("study", help="run a results study (seeds x initial models x arms) and write its page")
+    st.add_argument("name", choices=sorted(STUDIES))
+    st.add_argument("--out", required=True, help="study directory (re-running the command continues it)")
+    st.add_argument("--parallel", type=int, default=2, help="runs at once, one torch thread each (default 2)")
+    st.add_argument("--updates", type=int, default=None, help="updates per run (default: the study's own)")
+    st.add_argument("--publish", default=None, help="write the page, plot and raw logs into this directory")
+    st.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
     return p
 
 
 EXIT_CODES = """exit codes of `rlconform audit`:
-  0  every selected clause ran and no MUST clause failed
-  1  a MUST clause failed (fail, error or timeout)
+  0  every selected clause ran, no MUST clause failed and no SHOULD behaviour is wrong
+  1  a MUST clause failed (fail, error or timeout), or a SHOULD formula or rule the implementation
+     provides computes wrongly (SHOULD lets a behaviour be left out, never be wrong)
   2  usage error (bad arguments, malformed expectations file)
   3  the implementation could not be run (import, factory, signature, device)
   4  the suite could not run (internal error, interrupted, no clause test executed, time budget exhausted)
@@ -429,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_train(args, rest)
         if args.cmd == "bench":
             return _cmd_bench(args, rest)
+        if args.cmd == "study":
+            return _cmd_study(args)
     except (SpecError, ValueError, KeyError, FileNotFoundError, FileExistsError) as e:
         print(f"rlconform: error: {e}", file=sys.stderr)
         return 2

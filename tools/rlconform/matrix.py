@@ -172,14 +172,17 @@ def render_markdown(matrix: dict) -> str:
         name = lib if info.get("skipped") or info.get("error") else f"[{lib}]({lib}/checklist.md)"
         lines.append(f"| {name} | {versions} | {fams} | {info.get('verdict') or info.get('skipped') or ''} "
                      f"| {len(info['findings'])} | {len(info['deviations'])} |")
-    lines += ["", "## Findings", ""]
-    any_finding = False
-    for lib, info in libs.items():
-        for cid in info["findings"]:
-            any_finding = True
-            pages = info["finding_pages"].get(cid) or []
-            link = ", ".join(f"[{p[:-3]}](findings/{p})" for p in pages) or "**no finding page yet**"
-            lines.append(f"- **{lib}** — `{cid}`: {link}")
+    lines += ["", "## Findings", "", "Worst first: critical (NaN/inf, a crash or a hang), major (a wrong result or "
+              "decision), minor (a numerical residue past a tight tolerance).", ""]
+    rank = {s: i for i, s in enumerate(("critical", "major", "minor"))}
+    rows = sorted(((rank.get((info.get("severity") or {}).get(cid), 1), lib, cid) for lib, info in libs.items()
+                   for cid in info["findings"]))
+    any_finding = bool(rows)
+    for r, lib, cid in rows:
+        pages = libs[lib]["finding_pages"].get(cid) or []
+        link = ", ".join(f"[{p[:-3]}](findings/{p})" for p in pages) or "**no finding page yet**"
+        sev = (libs[lib].get("severity") or {}).get(cid)
+        lines.append(f"- {f'[{sev}] ' if sev else ''}**{lib}** — `{cid}`: {link}")
     if not any_finding:
         lines.append("No library fails a clause.")
     shown = [c for c in matrix["clauses"]
@@ -267,6 +270,7 @@ def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs
         audit.write_report(report, lib_out)
         info.update(families=families, audited=report["run_info"].get("finished"), exit_code=report["summary"]["exit_code"],
                     verdict=report["summary"]["verdict"], seconds=round(payload["finished"] - payload["started"], 1))
+        info["severity"] = {c["id"]: c["severity"] for c in report["clauses"] if c.get("severity")}
         columns[a.library] = info | {"cells": library_column(report, spec)}
         _say(on_library, a.library, f"exit {info['exit_code']}: {info['verdict']} ({info['seconds']} s)")
     previous = out / "matrix.json"

@@ -19,10 +19,12 @@ class MutantResult:
     expected: tuple[str, ...]
     killed_by: list[str]  # expected clauses that failed on it
     also_tripped: list[str]  # other clauses that failed (only known with --full)
+    exit_code: int = 1  # the audit's: a mutant is killed only when the audit fails (exit 1)
 
     @property
     def survived(self) -> bool:
-        return not self.killed_by
+        """A failing test is not enough: the audit a user runs must exit 1 on the mutant."""
+        return not self.killed_by or self.exit_code != 1
 
     @property
     def missed(self) -> list[str]:
@@ -52,7 +54,7 @@ def run_mutant(m, *, full: bool = False, profile: str = "mutant") -> MutantResul
     return MutantResult(
         name=m.name, family=m.family, doc=m.doc, expected=m.kills,
         killed_by=[c for c in m.kills if c in failed],
-        also_tripped=[c for c in failed if c not in m.kills],
+        also_tripped=[c for c in failed if c not in m.kills], exit_code=report["summary"]["exit_code"],
     )
 
 

@@ -19,6 +19,12 @@ FAMILIES = ("sac", "ppo", "isreshape", "ccapo")
 ID_PREFIX = {"sac": "SAC", "ppo": "PPO", "isreshape": "ISR", "ccapo": "CCAPO"}
 LEVELS = ("MUST", "SHOULD")
 KINDS = ("formula", "rule", "default", "gate", "input")
+# What a clause's level governs: whether an implementation may LEAVE THE BEHAVIOUR OUT (MUST: no;
+# SHOULD: yes, and then its tests are not applicable). It never lets a behaviour that is there be wrong:
+# a SHOULD formula or rule the implementation provides and computes wrongly fails the audit like a MUST.
+# Only the advisory kinds stay advisory when they fail: a recommended default, or an input check, where
+# "fails" means the recommendation was not followed (another default, no rejection), not a wrong result.
+BINDING_KINDS = ("formula", "rule")
 GATE_OPS = ("<", "<=", ">", ">=", "==", "in")
 SEEDS = {
     "000_7634b58bbee437f3.txt",
@@ -164,6 +170,11 @@ class Clause:
     @property
     def section(self) -> str:
         return _ID_RE.match(self.id).group("section")
+
+    @property
+    def binding(self) -> bool:
+        """Whether a failure of this clause fails the audit (see :data:`BINDING_KINDS`)."""
+        return self.level == "MUST" or self.kind in BINDING_KINDS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,112 @@
+"""Windowed metrics, paired bootstrap intervals, and claims no larger than the intervals.
+
+- A run's score is a **windowed** metric: the median over the last ``WINDOW`` share of its logged
+  values, never one end-of-run value.
+- Arms are compared **in pairs**: runs that share an initial model and an RL seed (the same prompts and
+  draws) give one difference each. The interval is a percentile bootstrap of the mean difference,
+  resampling initial models and, within each, seeds (a two-level bootstrap: the spread between initial
+  models is part of the uncertainty, not hidden by it).
+- A claim "A beats B" is written only when the 95% interval excludes 0; otherwise the sentence says the
+  study cannot tell them apart.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+WINDOW = 0.2
+BOOTSTRAP = 10_000
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def series(records: list[dict], key: str) -> list[tuple[int, float]]:
+    """(update, value) for every record that logged ``key`` with a number."""
+    return [(int(r["update"]), float(r[key])) for r in records
+            if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+
+
+def windowed(records: list[dict], key: str, window: float = WINDOW) -> float:
+    """Median of ``key`` over the last ``window`` share of the run's updates (NaN when nothing was logged).
+
+    The window is in updates, not in records, so a metric logged every 5th update uses the same span
+    of training as one logged every update. A NaN value inside the window is kept, and makes the median
+    NaN: a diverged run is shown, not dropped.
+    """
+    pts = series(records, key)
+    if not pts:
+        return math.nan
+    last = max(int(r["update"]) for r in records)
+    start = last + 1 - max(1, math.ceil(window * (last + 1)))
+    vals = [v for u, v in pts if u >= start]
+    if not vals:
+        vals = [pts[-1][1]]
+    if any(math.isnan(v) for v in vals):
+        return math.nan
+    return float(statistics.median(vals))
+
+
+def peak(records: list[dict], key: str) -> tuple[float, int]:
+    """The largest value of ``key`` and the update where it happened (spikes are reported with their update)."""
+    pts = series(records, key)
+    if not pts:
+        return math.nan, -1
+    u, v = max(pts, key=lambda p: (p[1] if not math.isnan(p[1]) else math.inf))
+    return v, u
+
+
+def choose_lr(out: Path, arms, lrs, pretrain: int, seeds, key: str = "heldout_acc") -> dict[str, float]:
+    """Per arm, the learning rate with the best mean windowed ``key`` over the sweep's runs (ties: the smaller rate)."""
+    from rlconform.study.isreshape_lm import root
+
+    chosen = {}
+    for arm in arms:
+        scores = {}
+        for lr in lrs:
+            vals = [windowed(read_metrics(root(out, pretrain, lr) / arm / f"seed{s}"), key) for s in seeds]
+            vals = [v for v in vals if not math.isnan(v)]
+            scores[lr] = sum(vals) / len(vals) if vals else -math.inf
+        chosen[arm] = max(sorted(lrs), key=lambda lr: scores[lr])
+    return chosen
+
+
+def paired_bootstrap(diffs: dict[int, dict[int, float]], *, reps: int = BOOTSTRAP, seed: int = 0,
+                     level: float = 0.95) -> tuple[float, float, float]:
+    """Mean paired difference and its percentile interval.
+
+    ``diffs[initial_model][rl_seed]`` is one paired difference. Each replicate draws initial models with
+    replacement, then seeds with replacement within each drawn model.
+    """
+    groups = [np.array([v for v in g.values() if not math.isnan(v)]) for g in diffs.values()]
+    groups = [g for g in groups if g.size]
+    if not groups:
+        return math.nan, math.nan, math.nan
+    mean = float(np.mean(np.concatenate(groups)))
+    rng = np.random.default_rng(seed)
+    stats = np.empty(reps)
+    for i in range(reps):
+        picked = rng.integers(len(groups), size=len(groups))
+        stats[i] = np.mean(np.concatenate([groups[j][rng.integers(groups[j].size, size=groups[j].size)]
+                                           for j in picked]))
+    lo, hi = np.quantile(stats, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return mean, float(lo), float(hi)
+
+
+def claim(a: str, b: str, metric: str, mean: float, lo: float, hi: float, *, higher_is_better: bool = True) -> str:
+    """The sentence the interval allows, and no more."""
+    if any(math.isnan(x) for x in (mean, lo, hi)):
+        return f"no paired runs to compare `{a}` with `{b}` on {metric}"
+    span = f"(paired difference {mean:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}])"
+    if lo > 0 or hi < 0:
+        better = (lo > 0) == higher_is_better
+        return f"`{a}` {'beats' if better else 'is worse than'} `{b}` on {metric} {span}"
+    return f"this study cannot tell `{a}` and `{b}` apart on {metric} {span}"

@@ -1,0 +1,72 @@
+"""Run a grid of training runs in parallel processes, resumably.
+
+A study is a list of :class:`Job` (one training run each, a trainer's own command line). Finished runs
+(their ``metrics.jsonl`` has the requested number of updates) are skipped, so re-running the study's
+command after a crash or a stop continues where it was. The wall time of every run is kept in
+``OUT/timings.jsonl``: a page says how long its study took from that file, not from memory.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One run: ``rlconform train <trainer> <argv>`` writing ``run_dir/metrics.jsonl``."""
+
+    key: tuple
+    trainer: str
+    argv: tuple[str, ...]
+    run_dir: Path
+    updates: int
+
+
+def updates_done(run_dir: Path) -> int:
+    """Updates logged in ``run_dir/metrics.jsonl`` (0 when the run never started)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    n = 0
+    with path.open() as f:
+        for line in f:
+            if line.strip():
+                n = max(n, int(json.loads(line).get("update", -1)) + 1)
+    return n
+
+
+def _run(job: Job, threads: int, log_dir: Path) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / ("_".join(str(k) for k in job.key) + ".log")
+    t0 = time.time()
+    with log.open("w") as f:
+        rc = subprocess.run([sys.executable, "-m", "rlconform.cli", "train", job.trainer, *job.argv],
+                            stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    return {"key": list(job.key), "rc": rc, "wall_s": round(time.time() - t0, 1), "log": str(log),
+            "updates": updates_done(job.run_dir)}
+
+
+def run_grid(jobs: list[Job], out: Path, *, parallel: int, threads: int = 1, echo=print) -> list[dict]:
+    """Run the unfinished ``jobs``, ``parallel`` at a time; return one record per run that ran."""
+    out = Path(out)
+    todo = [j for j in jobs if updates_done(j.run_dir) < j.updates]
+    echo(f"{len(jobs) - len(todo)} of {len(jobs)} runs already done; {len(todo)} to run, {parallel} at a time")
+    records = []
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as ex, (out / "timings.jsonl").open("a") as tf:
+        futures = {ex.submit(_run, j, threads, out / "logs"): j for j in todo}
+        for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+            rec = fut.result()
+            tf.write(json.dumps(rec) + "\n")
+            tf.flush()
+            records.append(rec)
+            status = "ok" if rec["rc"] == 0 else f"FAILED (exit {rec['rc']}, see {rec['log']})"
+            echo(f"[{i}/{len(todo)}] {'/'.join(map(str, rec['key']))}: {rec['updates']} updates, "
+                 f"{rec['wall_s']:.0f} s, {status}")
+    return records
