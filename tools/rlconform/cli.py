@@ -29,11 +29,19 @@ STUDIES = {"isreshape-lm": "rlconform.study.isreshape_lm"}
 def _cmd_study(args) -> int:
     mod = importlib.import_module(STUDIES[args.name])
     kw = {"updates": args.updates} if args.updates else {}
-    if args.parallel < 1:
-        print(f"rlconform study: error: --parallel {args.parallel} must be at least 1", file=sys.stderr)
+    bad = ([f"--parallel {args.parallel} must be at least 1"] if args.parallel < 1 else []) + \
+          ([f"--variant {args.variant}: choose from {', '.join(mod.VARIANTS)}"] if args.variant not in mod.VARIANTS else [])
+    arms = tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else mod.ARMS
+    bad += [f"--arms: unknown arm {a!r} (choose from {', '.join(mod.ARMS)})" for a in arms if a not in mod.ARMS]
+    if bad:
+        print("\n".join(f"rlconform study: error: {b}" for b in bad), file=sys.stderr)
         return 2
+    grid = {"arms": arms, "device": args.device, "variant": args.variant,
+            **({"seeds": tuple(range(args.seeds))} if args.seeds else {}),
+            **({"pretrains": tuple(range(args.pretrain_seeds))} if args.pretrain_seeds else {}),
+            **({"chosen": json.loads(Path(args.lr_from).read_text())} if args.lr_from else {})}
     if not args.no_run:
-        mod.run(Path(args.out), parallel=args.parallel, **kw)
+        mod.run(Path(args.out), parallel=args.parallel, **kw, **grid)
     if args.publish:
         print(mod.publish(Path(args.out), Path(args.publish), **kw))
     return 0
@@ -356,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--updates", type=int, default=None, help="updates per run (default: the study's own)")
     st.add_argument("--publish", default=None, help="write the page, plot and raw logs into this directory")
     st.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
+    st.add_argument("--device", default="cpu", help="torch device of every run (default cpu)")
+    st.add_argument("--variant", default="tiny", help="model size of the study (isreshape-lm: tiny, large)")
+    st.add_argument("--lr-from", default=None, help="skip the sweep: each arm's learning rate from this chosen_lr.json")
+    st.add_argument("--arms", default=None, help="comma-separated arms (default: all)")
+    st.add_argument("--seeds", type=int, default=None, help="RL seeds 0..N-1 (default: the study's)")
+    st.add_argument("--pretrain-seeds", type=int, default=None, help="initial models 0..N-1 (default: the study's)")
     return p
 
 
