@@ -1,7 +1,7 @@
 """The SAC go-live suite: the runs §10 asks for, and the one record every SAC gate reads.
 
 ``python -m reference_impl.sac.suite --out DIR [--seeds 0 1 2] [--updates N] [--jobs 2] [--preset cpu]
-[--set KEY=VALUE ...]`` then ``rlconform gate DIR/gates.jsonl``.
+[--device cuda] [--set KEY=VALUE ...]`` then ``rlconform gate DIR/gates.jsonl``.
 
 * ``DIR/seed<S>``: the configuration under test, once per seed (SAC-GATE-2: independent runs
   without divergence; the per-run gates pool over them, a gate passing only if every seed passes);
@@ -49,14 +49,15 @@ def key_at(records: list[dict], update: int) -> float:
     return hits[-1]
 
 
-def run_one(run: Path, seed: int, updates: int, preset: str, sets: list[str]) -> Path:
+def run_one(run: Path, seed: int, updates: int, preset: str, sets: list[str], device: str = "cpu") -> Path:
     if finished(run, updates):
         return run
     if (run / "metrics.jsonl").exists():  # a run cut short: start it again from nothing
         for f in run.iterdir():
             f.unlink()
     cmd = [sys.executable, "-m", "reference_impl.sac.trainer", "--out", str(run), "--seed", str(seed),
-           "--updates", str(updates), "--preset", preset, *[x for kv in sets for x in ("--set", kv)]]
+           "--updates", str(updates), "--preset", preset, "--device", device,
+           *[x for kv in sets for x in ("--set", kv)]]
     with open(run.parent / f"{run.name}.log", "w", encoding="utf-8") as log:
         subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"})
     return run
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=1200)
     p.add_argument("--ablation-updates", type=int, default=None, help="length of the ablation runs (default: --updates)")
     p.add_argument("--preset", default="cpu")
+    p.add_argument("--device", default="cpu", help="device of every run (the trainer's --device)")
     p.add_argument("--jobs", type=int, default=2, help="runs at the same time")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     a = p.parse_args(argv)
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(out / f"seed{s}", s, a.updates, a.set) for s in a.seeds]
     jobs += [(out / f"ablate_{name}", a.seeds[0], n_abl, a.set + extra) for name, extra in ABLATIONS.items()]
     with ThreadPoolExecutor(a.jobs) as pool:  # threads only wait on the training subprocesses
-        list(pool.map(lambda j: run_one(j[0], j[1], j[2], a.preset, j[3]), jobs))
+        list(pool.map(lambda j: run_one(j[0], j[1], j[2], a.preset, j[3], a.device), jobs))
     rec = summarise(out, a.seeds, a.updates, n_abl)
     (out / "gates.jsonl").write_text(json.dumps(rec) + "\n", encoding="utf-8")
     print(json.dumps(rec, indent=1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -41,6 +42,12 @@ def _cmd_study(args) -> int:
             **({"pretrains": tuple(range(args.pretrain_seeds))} if args.pretrain_seeds else {}),
             **({"chosen": json.loads(Path(args.lr_from).read_text())} if args.lr_from else {})}
     if not args.no_run:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        argv = [a for a in args.argv_ if a != "--no-run"]
+        cut = [i for i, a in enumerate(argv) if a.startswith("--publish")]
+        if cut:  # the page names the command that made the runs, not where it was published
+            argv = argv[:cut[0]] + argv[cut[0] + (1 if "=" in argv[cut[0]] else 2):]
+        (Path(args.out) / "command.txt").write_text("rlconform " + shlex.join(argv) + "\n")
         mod.run(Path(args.out), parallel=args.parallel, **kw, **grid)
     if args.publish:
         print(mod.publish(Path(args.out), Path(args.publish), **kw))
@@ -454,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    args.argv_ = argv
     if rest and args.cmd not in ("train", "bench"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:

@@ -1320,7 +1320,7 @@ STAMPED_DIRS = ("results/", "audits/", "performance/", "mutation/")
 # The command that regenerates a page whose directory holds no stamp yet (the page then says so).
 REGENERATE = {
     "results/ppo/": "python tools/ppo_learning_curves.py --seeds 0,1,2",
-    "results/isreshape/lm/": "python -m reference_impl.isreshape.lm.plot docs/results/isreshape/lm/runs",
+    "results/isreshape/lm": "rlconform study isreshape-lm --out DIR --publish docs/results/isreshape/lm... (see the page)",
     "results/isreshape/": "python docs/results/isreshape/plot_curves.py --train --seeds 0,1,2",
     "results/ccapo/textworld/": "python -m reference_impl.ccapo.textworld.plot RUNS --out docs/results/ccapo/textworld",
     "results/ccapo/": "python docs/results/ccapo/plot_curves.py --train --seeds 0,1,2",

@@ -88,3 +88,240 @@ def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu"
     run_grid([job(out, a, p, chosen[a], s, updates, **kw) for p in pretrains for s in seeds for a in arms],
              out, parallel=parallel, echo=echo)
     return chosen
+
+
+# ----------------------------------------------------------------------------- the page
+def _runs(out: Path, chosen: dict[str, float]) -> dict[tuple[int, str, int], list[dict]]:
+    """(initial model, arm, seed) -> metric records of the main grid found in ``out`` (the sweep's model excluded)."""
+    from rlconform.study.analysis import read_metrics
+
+    runs = {}
+    for pt_dir in sorted(Path(out).glob("pt*")):
+        p = int(pt_dir.name[2:])
+        if p == SWEEP_PRETRAIN:
+            continue
+        for arm, lr in chosen.items():
+            for run_dir in sorted((root(out, p, lr) / arm).glob("seed*")):
+                recs = read_metrics(run_dir)
+                if recs:
+                    runs[(p, arm, int(run_dir.name[4:]))] = sorted(recs, key=lambda r: r["update"])
+    return runs
+
+
+def _sweep_table(out: Path, arms) -> list[str]:
+    from rlconform.study.analysis import read_metrics, windowed
+
+    lrs = [lr for lr in LRS if root(out, SWEEP_PRETRAIN, lr).exists()]
+    if not lrs:
+        return []
+    rows = ["| arm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
+    for arm in arms:
+        cells = []
+        for lr in lrs:
+            v = [windowed(read_metrics(root(out, SWEEP_PRETRAIN, lr) / arm / f"seed{s}"), "heldout_acc") for s in SWEEP_SEEDS]
+            v = [x for x in v if x == x]
+            cells.append(f"{sum(v) / len(v):.3f}" if v else "–")
+        rows.append(f"| `{arm}` | " + " | ".join(cells) + " |")
+    return rows
+
+
+def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
+    """Write ``dest/results.md``, ``curves.png``, ``summary.csv``, ``runs.tar.gz`` and ``provenance.json``
+    from the study in ``out``. Every claim on the page is generated from a paired interval."""
+    import csv
+    import tarfile
+
+    from rlconform.provenance import stamp
+    from rlconform.study import analysis as an
+
+    out, dest = Path(out), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    chosen = json.loads((out / "chosen_lr.json").read_text())
+    arms = list(chosen)
+    runs = _runs(out, chosen)
+    if not runs:
+        raise FileNotFoundError(f"{out}: no finished runs of the main grid")
+    pts = sorted({k[0] for k in runs})
+    seeds = sorted({k[2] for k in runs})
+    cfg = json.loads((root(out, pts[0], chosen[arms[0]]) / arms[0] / f"seed{seeds[0]}" / "config.json").read_text())
+    cfg = cfg.get("config", cfg)
+    device = cfg.get("device", "cpu")
+    command = ((out / "command.txt").read_text().strip() if (out / "command.txt").exists()
+               else "rlconform study isreshape-lm --out DIR")
+
+    # one row per run: windowed scores, the start, spikes with their update
+    rows = []
+    for (p, arm, s), recs in sorted(runs.items()):
+        kl_peak, kl_at = an.peak(recs, "kl_ref")
+        g_peak, g_at = an.peak(recs, "grad_norm")
+        start_reward = an.windowed([r for r in recs if r["update"] < 10], "reward", window=1.0)
+        row = {"initial_model": p, "arm": arm, "seed": s, "lr": chosen[arm], "updates": recs[-1]["update"] + 1,
+               "heldout_init": recs[0].get("heldout_acc_init", float("nan")),
+               "heldout": an.windowed(recs, "heldout_acc"), "reward_start": start_reward,
+               "reward": an.windowed(recs, "reward"), "kl_ref": an.windowed(recs, "kl_ref"),
+               "kl_ref_peak": kl_peak, "kl_ref_peak_update": kl_at, "grad_norm_peak": g_peak,
+               "grad_norm_peak_update": g_at}
+        row["collapsed"] = bool(row["reward"] != row["reward"] or row["reward"] < start_reward - 0.1)
+        rows.append(row)
+    with (dest / "summary.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    by = {(r["initial_model"], r["arm"], r["seed"]): r for r in rows}
+
+    def two_level(arm, key):
+        groups = {p: {s: by[(p, arm, s)][key] for s in seeds if (p, arm, s) in by} for p in pts}
+        return an.paired_bootstrap(groups)  # a level, not a difference: the same resampling
+
+    def paired(arm, key):
+        diffs = {p: {s: by[(p, arm, s)][key] - by[(p, BASELINE, s)][key] for s in seeds
+                     if (p, arm, s) in by and (p, BASELINE, s) in by} for p in pts}
+        return an.paired_bootstrap(diffs)
+
+    metrics = [("heldout", "held-out greedy accuracy"), ("reward", "batch reward"), ("kl_ref", "KL(π‖ref), k3")]
+    lines = [f"# IS Reshape v4 on a causal language model ({'larger model, ' if cfg.get('hidden', 64) > 64 else ''}"
+             f"{device.upper() if device != 'cpu' else 'CPU'})", "",
+             "```", command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}", "```", ""]
+    timings = [json.loads(ln) for ln in (out / "timings.jsonl").read_text().splitlines() if ln.strip()] \
+        if (out / "timings.jsonl").exists() else []
+    if timings:
+        cpu_s = sum(t["wall_s"] for t in timings if t.get("rc") == 0)
+        phases = " (the sweep and the main grid)" if _sweep_table(out, arms) else ""
+        lines += [f"The study ran {len(timings)} training runs{phases}, {cpu_s / 60:.0f} run-minutes in all, "
+                  f"in parallel processes with one torch thread each (each run {min(t['wall_s'] for t in timings):.0f}-"
+                  f"{max(t['wall_s'] for t in timings):.0f} s of wall time). Re-running the command continues an "
+                  "interrupted study; finished runs are read, not rerun.", ""]
+    lines += ["## Design", "",
+              f"- **Grid.** {len(arms)} arms × {len(pts)} initial models (pre-train seeds {', '.join(map(str, pts))}) × "
+              f"{len(seeds)} RL seeds, {updates} updates each. Runs with the same initial model and RL seed draw the "
+              "same prompts and sampling noise, so each arm is compared with the baseline "
+              f"`{BASELINE}` **in pairs**.",
+              f"- **Model.** A {cfg.get('layers', 2)}-layer Llama, hidden {cfg.get('hidden', 64)}, "
+              f"{cfg.get('heads', 4)} heads ({'4.2M' if cfg.get('hidden', 64) > 64 else '132k'} parameters), pre-trained {cfg.get('pretrain_steps', 300)} steps on the demonstrations; "
+              f"addition with operands up to {cfg.get('max_operand', 14)}; {cfg.get('batch_prompts')} prompts × "
+              f"{cfg.get('group_size')} responses per update; the behaviour policy lags {cfg.get('behaviour_lag')} "
+              "updates and samples in bfloat16 (see the trainer's docstring for the whole setup).",
+              "- **Score of a run.** The median over the last 20% of its updates (held-out accuracy: the evaluations "
+              "in that window), never one end-of-run value.",
+              "- **Intervals.** 95% percentile bootstrap of the mean, resampling initial models and then seeds within "
+              f"each ({an.BOOTSTRAP:,} replicates): the spread between initial models counts as uncertainty.",
+              "- **Claims.** Generated from the paired intervals: \"beats\" only when the interval excludes 0; "
+              "otherwise the page says the study cannot tell the two apart.", ""]
+    sweep = _sweep_table(out, arms)
+    if sweep:
+        edge = [a for a in arms if chosen[a] in (min(LRS), max(LRS))]
+        lines += ["## Learning rate, chosen per arm", "",
+                  f"Each arm ran at every rate on a separate initial model (pre-train seed {SWEEP_PRETRAIN}, seeds "
+                  f"{', '.join(map(str, SWEEP_SEEDS))}); the rate with the best windowed held-out accuracy was kept. "
+                  "The selection never sees the runs it is judged on.", "", *sweep, "",
+                  "Chosen: " + ", ".join(f"`{a}` {chosen[a]:g}" for a in arms) + "."]
+        if edge:
+            lines += ["", f"The rate of {', '.join(f'`{a}`' for a in edge)} is at an edge of the grid, so a wider "
+                      "grid could still move it. Larger rates raise the batch reward and lower the held-out accuracy "
+                      "(over-fitting the 180 training problems)."]
+        lines += [""]
+    else:
+        lines += ["## Learning rate", "", "No sweep in this study: each arm runs at the rate given with `--lr-from` "
+                  "(" + ", ".join(f"`{a}` {chosen[a]:g}" for a in arms) + ").", ""]
+    lines += ["## Results", "", f"Initial model (before RL): held-out accuracy "
+              + ", ".join(f"{by[(p, arms[0], seeds[0])]['heldout_init']:.3f}" for p in pts if (p, arms[0], seeds[0]) in by)
+              + " for pre-train seeds " + ", ".join(map(str, pts)) + ".", "",
+              "| arm | lr | runs | " + " | ".join(f"{label} (mean, 95% CI)" for _, label in metrics) + " | collapsed |",
+              "|---|---|---|" + "---|" * len(metrics) + "---|"]
+    for arm in arms:
+        n = sum(1 for k in by if k[1] == arm)
+        cells = []
+        for key, _ in metrics:
+            m, lo, hi = two_level(arm, key)
+            cells.append(f"{m:.3f} [{lo:.3f}, {hi:.3f}]")
+        col = sum(1 for r in rows if r["arm"] == arm and r["collapsed"])
+        lines.append(f"| `{arm}` | {chosen[arm]:g} | {n} | " + " | ".join(cells) + f" | {col} |")
+    lines += ["", "![reward and held-out accuracy per arm](curves.png)", "",
+              f"## Paired differences against `{BASELINE}`", ""]
+    for arm in arms:
+        if arm == BASELINE:
+            continue
+        for key, label in metrics[:2]:
+            m, lo, hi = paired(arm, key)
+            lines.append(f"- {an.claim(arm, BASELINE, label, m, lo, hi)}.")
+    per_model = ["", "Per initial model (mean over seeds of the paired held-out difference):", ""]
+    for arm in arms:
+        if arm == BASELINE:
+            continue
+        parts = []
+        for p in pts:
+            d = [by[(p, arm, s)]["heldout"] - by[(p, BASELINE, s)]["heldout"] for s in seeds
+                 if (p, arm, s) in by and (p, BASELINE, s) in by]
+            parts.append(f"model {p}: {sum(d) / len(d):+.3f}" if d else f"model {p}: –")
+        per_model.append(f"- `{arm}` − `{BASELINE}`: " + ", ".join(parts))
+    lines += per_model
+    collapsed = [r for r in rows if r["collapsed"]]
+    lines += ["", "## Collapsed runs and spikes", "",
+              "A run counts as collapsed when its windowed batch reward ends more than 0.1 below its first 10 "
+              "updates' (or is NaN). Collapsed runs stay in every table and interval."
+              + (" None collapsed." if not collapsed else ""), ""]
+    for r in collapsed:
+        lines.append(f"- `{r['arm']}`, initial model {r['initial_model']}, seed {r['seed']}: reward "
+                     f"{r['reward_start']:.3f} → {r['reward']:.3f}")
+    lines += ["", "The largest spike of each arm, with the update where it happened:", "",
+              "| arm | KL(π‖ref) peak | at update (run) | windowed KL | grad-norm peak | at update (run) |",
+              "|---|---|---|---|---|---|"]
+    for arm in arms:
+        mine = [r for r in rows if r["arm"] == arm]
+        k = max(mine, key=lambda r: r["kl_ref_peak"])
+        g = max(mine, key=lambda r: r["grad_norm_peak"])
+        med = sorted(r["kl_ref"] for r in mine)[len(mine) // 2]
+        lines.append(f"| `{arm}` | {k['kl_ref_peak']:.3g} | {k['kl_ref_peak_update']} (model {k['initial_model']}, seed "
+                     f"{k['seed']}) | {med:.3g} (median run) | {g['grad_norm_peak']:.3g} | {g['grad_norm_peak_update']} "
+                     f"(model {g['initial_model']}, seed {g['seed']}) |")
+    lines += ["", "## Reproducing", "",
+              "The runs are deterministic on the CPU: a run re-run from the same commit reproduces its log bit for bit "
+              "(resume included). On a GPU, sampling kernels are not bitwise deterministic, so a re-run reproduces the "
+              "intervals, not each run. The raw logs of every run (one record per update) are in `runs.tar.gz`; "
+              "`summary.csv` has each run's scores."]
+    (dest / "results.md").write_text("\n".join(lines) + "\n")
+    _plot(runs, arms, dest / "curves.png")
+    with tarfile.open(dest / "runs.tar.gz", "w:gz") as tar:
+        for path in sorted(out.glob("pt*/lr*/*/seed*/*")):
+            if path.name in ("metrics.jsonl", "config.json"):
+                tar.add(path, arcname=str(path.relative_to(out)))
+        for name in ("chosen_lr.json", "timings.jsonl"):
+            if (out / name).exists():
+                tar.add(out / name, arcname=name)
+    extra = {"study_command": command, "study_dir_layout": "pt<P>/lr<L>/<arm>/seed<S>/metrics.jsonl", "device": device}
+    if (out / "device.txt").exists():  # written beside a study that ran on another machine
+        extra["device_name"] = (out / "device.txt").read_text().strip()
+    (dest / "provenance.json").write_text(json.dumps(stamp(packages=["transformers", "matplotlib"], extra=extra),
+                                                     indent=1) + "\n")
+    return f"wrote {dest / 'results.md'} ({len(rows)} runs)"
+
+
+def _plot(runs, arms, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from rlconform.study.analysis import series
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for arm in arms:
+        for ax, key in zip(axes, ("reward", "heldout_acc")):
+            curves = [dict(series(recs, key)) for (p, a, s), recs in runs.items() if a == arm]
+            xs = sorted(set().union(*curves))
+            ys = np.array([[c.get(x, np.nan) for x in xs] for c in curves])
+            if key == "reward":  # a 5-update trailing mean: the batch reward of one update is noisy
+                k = 5
+                ys = np.array([np.convolve(y, np.ones(k) / k, mode="valid") for y in ys])
+                xs = xs[k - 1:]
+            mean = np.nanmean(ys, axis=0)
+            lo, hi = np.nanpercentile(ys, 10, axis=0), np.nanpercentile(ys, 90, axis=0)
+            (line,) = ax.plot(xs, mean, label=f"{arm} ({len(curves)} runs)")
+            ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+    axes[0].set(title="batch reward (5-update mean; band: 10-90% of runs)", xlabel="update", ylabel="reward")
+    axes[1].set(title="held-out greedy accuracy (band: 10-90% of runs)", xlabel="update", ylabel="accuracy")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,58 @@
+"""Meta-tests of the results studies (tools/rlconform/study): windowed scores, paired intervals, claims."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rlconform.study import analysis as an
+from rlconform.study.grid import Job, run_grid, updates_done
+
+pytestmark = pytest.mark.meta
+
+
+def _recs(n, key="reward", every=1, value=lambda u: float(u)):
+    return [{"update": u, **({key: value(u)} if (u + 1) % every == 0 else {})} for u in range(n)]
+
+
+def test_the_window_is_the_last_fifth_of_the_updates_not_of_the_records():
+    assert an.windowed(_recs(100), "reward") == 89.5  # updates 80..99
+    assert an.windowed(_recs(100, "acc", every=5), "acc") == 91.5  # evaluations after updates 85, 90, 95, 100
+    assert math.isnan(an.windowed(_recs(100, value=lambda u: math.nan if u == 95 else u), "reward"))  # shown, not dropped
+    assert math.isnan(an.windowed(_recs(10), "missing"))
+
+
+def test_a_spike_is_reported_with_its_update():
+    assert an.peak(_recs(50, value=lambda u: 9.0 if u == 31 else 0.1), "reward") == (9.0, 31)
+
+
+def test_claims_follow_the_paired_interval():
+    ahead = {p: {s: 0.05 + 0.01 * s for s in range(5)} for p in range(3)}
+    m, lo, hi = an.paired_bootstrap(ahead, reps=2000)
+    assert 0 < lo <= m <= hi and an.claim("v4", "ppo", "accuracy", m, lo, hi).startswith("`v4` beats `ppo`")
+    mixed = {p: {s: (-1) ** s * 0.05 for s in range(5)} for p in range(3)}
+    m, lo, hi = an.paired_bootstrap(mixed, reps=2000)
+    assert lo < 0 < hi and an.claim("v4", "ppo", "accuracy", m, lo, hi).startswith("this study cannot tell")
+    behind = {p: {s: -0.1 for s in range(5)} for p in range(3)}
+    assert "is worse than" in an.claim("v4", "ppo", "accuracy", *an.paired_bootstrap(behind, reps=200))
+
+
+def test_the_interval_counts_the_spread_between_initial_models():
+    # every seed agrees within a model, the models disagree: a bootstrap over seeds alone would be too narrow
+    diffs = {0: {s: 0.10 for s in range(5)}, 1: {s: -0.02 for s in range(5)}, 2: {s: 0.01 for s in range(5)}}
+    _, lo, hi = an.paired_bootstrap(diffs, reps=4000)
+    assert lo < 0 < hi
+
+
+def test_the_grid_skips_finished_runs_and_records_failures(tmp_path):
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "metrics.jsonl").write_text("".join(json.dumps({"update": u}) + "\n" for u in range(3)))
+    assert updates_done(done) == 3 and updates_done(tmp_path / "never") == 0
+    jobs = [Job(("done",), "no-such-trainer", (), done, 3), Job(("bad",), "no-such-trainer", (), tmp_path / "bad", 3)]
+    lines = []
+    recs = run_grid(jobs, tmp_path, parallel=2, echo=lines.append)
+    assert [r["key"] for r in recs] == [["bad"]] and recs[0]["rc"] != 0  # an unknown trainer fails, loudly
+    assert lines[0].startswith("1 of 2 runs already done") and "FAILED" in lines[-1]
+    assert json.loads((tmp_path / "timings.jsonl").read_text())["key"] == ["bad"]
