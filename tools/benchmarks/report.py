@@ -212,17 +212,34 @@ def _cuda_audit_note() -> str:
     return ("\nThe GPU rows come from the same run as the reference's audit on CUDA (`rlconform audit --device cuda`, "
             f"commit `{commit[:12]}`): [checklist](raw/audit_reference_cuda_checklist.md), "
             "[report](raw/audit_reference_cuda.json). The SAC ratios on the GPU are per synchronised update, as the "
-            "trainer runs (it reads its diagnostics after every update)." + _reruns() + "\n")
+            "trainer runs (it reads its diagnostics after every update)." + _other_audits() + _reruns() + "\n")
+
+
+def _other_audits() -> str:
+    """The CUDA audits of the reference on other cards (``audit_reference_cuda_<card>.json``)."""
+    parts = []
+    for p in sorted(RAW.glob("audit_reference_cuda_*.json")):
+        d = json.loads(p.read_text())
+        s, info = d["summary"], d["run_info"]
+        parts.append(f"{info.get('device_name', p.stem)}, commit `{info.get('tree_commit', info['rlconform_commit'])[:12]}`: "
+                     f"exit {s['exit_code']}, {s['pass']}/{s['clauses']} clauses pass ([report](raw/{p.name}), "
+                     f"[checklist](raw/{p.stem}_checklist.md))")
+    return (" The same audit on other cards: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _reruns() -> str:
     """The captured SAC update's ratio in the other GPU runs on file: the spread a single run hides."""
-    runs = {p.name: json.loads(p.read_text())["median_s"] for p in sorted(RAW.glob("sac_update_cuda_rerun*.json"))}
+    runs = {p.name: json.loads(p.read_text()) for p in sorted(RAW.glob("sac_update_cuda_rerun*.json"))}
     if not runs:
         return ""
-    parts = [f"{m['torchrl'] / m['reference_graph']:.2f} (captured {m['reference_graph'] * 1e3:.1f} ms, "
-             f"TorchRL {m['torchrl'] * 1e3:.1f} ms; [raw](raw/{name}))" for name, m in runs.items()]
-    return (" Re-run on the same kind of card, TorchRL / captured was " + "; ".join(parts) + ": the captured update "
+
+    def card(d):
+        return ((d.get("provenance") or {}).get("gpu") or {}).get("name") or "the same kind of card"
+
+    parts = [f"{d['median_s']['torchrl'] / d['median_s']['reference_graph']:.2f} on {card(d)} (captured "
+             f"{d['median_s']['reference_graph'] * 1e3:.1f} ms, TorchRL {d['median_s']['torchrl'] * 1e3:.1f} ms; "
+             f"[raw](raw/{name}))" for name, d in runs.items()]
+    return (" In the other GPU runs on file, TorchRL / captured was " + "; ".join(parts) + ": the captured update "
             "holds its time, TorchRL's varies with the host, so the ratio is read as a range, not one figure.")
 
 
