@@ -14,8 +14,16 @@ still free, so a project with its own ``--device`` keeps it.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
+
+# ``rlconform audit`` runs this pytest in a temporary directory, perhaps forked from a server that started
+# before the caller's PYTHONPATH was known: it passes the caller's import path (its working directory and
+# PYTHONPATH, absolute) here, so an ``--impl`` module the caller can import, the child can import too.
+for _entry in reversed([e for e in os.environ.get("RLCONFORM_IMPORT_PATH", "").split(os.pathsep) if e]):
+    if _entry not in sys.path:
+        sys.path.insert(1, _entry)
 
 PROFILES = ("ci", "release", "mutant")
 # (namespaced name, short alias, argparse keywords)

@@ -41,10 +41,11 @@ def _z(centred: np.ndarray, sum_sq: float) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------- macro
 @pytest.mark.clause("CCAPO-MACRO-1")
-@given(st_.ccapo_return_groups())
-def test_macro_advantage_is_group_z_score(ccapo, r):
+@given(st_.ccapo_return_groups(), st_.float_dtypes())
+def test_macro_advantage_is_group_z_score(ccapo, r, dtype):
+    r = r.to(dtype)  # the declared std convention on every declared dtype, not only float64
     got = ccapo.macro_advantage(r)
-    assert_close(got, np_macro(r.numpy()), "CCAPO-MACRO-1")
+    assert_close(got, np_macro(r.double().numpy()), "CCAPO-MACRO-1")
 
 
 @pytest.mark.clause("CCAPO-MACRO-1")

@@ -5,6 +5,7 @@ import contextlib
 import math
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -358,3 +359,35 @@ def test_repro_literals_rebuild_their_values():
     back = eval(_literal(net), ns)  # noqa: S307
     assert isinstance(back, TableModule) and all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
                                                                                      net.state_dict().values()))
+
+
+def test_the_examples_do_not_depend_on_the_rootdir(tmp_path):
+    """Hypothesis keys a parametrised test's seed by its node id; the suite keys it by module and name, so
+    ``pytest --pyargs``, a checkout and ``rlconform audit`` draw the same examples."""
+    import subprocess
+    import sys
+    import textwrap
+
+    pkg = tmp_path / "proj" / "pkg_seed_probe"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "test_probe.py").write_text(textwrap.dedent('''
+        import os
+        import pytest
+        from hypothesis import given, strategies as st
+
+        @pytest.mark.parametrize("k", [1, 2])
+        @given(st.integers(0, 10**9))
+        def test_draws(k, x):
+            with open(os.environ["PROBE_OUT"], "a") as f:
+                f.write(f"{k} {x}\\n")
+        '''))
+    seen = []
+    for rootdir in (tmp_path / "proj", pkg):
+        out = tmp_path / f"draws_{len(seen)}.txt"
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(rootdir),
+                        "--impl", "reference_impl:make", "--profile", "ci", str(pkg / "test_probe.py")],
+                       cwd=tmp_path / "proj", env={**os.environ, "PROBE_OUT": str(out), "PYTHONPATH": str(tmp_path / "proj")},
+                       check=True, capture_output=True)
+        seen.append(out.read_text())
+    assert seen[0] == seen[1] and len(seen[0].splitlines()) >= 10

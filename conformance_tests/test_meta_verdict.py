@@ -807,3 +807,27 @@ def test_a_residue_is_minor_a_wrong_value_major_a_nan_critical():
     assert _severity_of(e + 1.4e-11, e, 1.4e-11) == "minor"
     assert _severity_of(e + 0.47, e, 0.47) == "major"
     assert _severity_of(e * float("nan"), e, float("nan")) == "critical"
+
+
+def test_relative_paths_and_the_callers_modules_reach_the_audit(tmp_path):
+    """Issue 26: the audit's pytest runs in a temporary directory; an --impl module in the caller's directory
+    (or on a relative PYTHONPATH) and a relative --expectations file must still be what it reads."""
+    proj = tmp_path / "proj"
+    (proj / "my_probe_impl").mkdir(parents=True)
+    (proj / "my_probe_impl" / "__init__.py").write_text("")
+    (proj / "my_probe_impl" / "adapter.py").write_text(
+        "from conformance_tests.mutants.sac import no_done_truncation\n\n\ndef make():\n    return no_done_truncation()\n")
+    (proj / "exp").mkdir()
+    (proj / "exp" / "known.yaml").write_text('SAC-TD-1: "bootstraps through terminal states, fix scheduled"\n')
+    script = Path(sys.executable).parent / "rlconform"  # the console script: no `python -m` adding the cwd
+    argv = [str(script), "audit", "--impl", "my_probe_impl.adapter:make", "--clause", "SAC-TD-1"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    here = subprocess.run([*argv, "--expectations", "exp/known.yaml", "--out", "o"], cwd=proj, env=env,
+                          capture_output=True, text=True)
+    assert here.returncode == 0, here.stdout[-2000:] + here.stderr[-2000:]
+    report = json.loads((proj / "o" / "report.json").read_text())
+    assert report["clauses"][0]["status"] == "expected_fail"  # the relative expectations file was read
+    sub = proj / "exp"  # from elsewhere, the module is found through a relative PYTHONPATH
+    there = subprocess.run([*argv, "--out", "o2"], cwd=sub, env={**env, "PYTHONPATH": ".."}, capture_output=True, text=True)
+    assert there.returncode == 1, there.stdout[-2000:] + there.stderr[-2000:]  # the mutant, found and failing
+    assert json.loads((sub / "o2" / "report.json").read_text())["clauses"][0]["status"] == "fail"

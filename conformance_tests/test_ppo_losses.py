@@ -145,11 +145,11 @@ def test_clipped_policy_loss_gradient_matches_finite_differences(ppo, ra):
 
 
 @pytest.mark.clause("PPO-LOSS-2")
-@given(st_.ratios_and_advantages())
-def test_value_loss_is_half_mean_squared_error(ppo, va):
-    v, ret = va
+@given(st_.ratios_and_advantages(), st_.float_dtypes())
+def test_value_loss_is_half_mean_squared_error(ppo, va, dtype):
+    v, ret = (x.to(dtype) for x in va)  # the declared factor on every declared dtype
     factor = convention("value_loss_factor")  # the seed's ½, or 1 when folded into vf_coef
-    assert_close(ppo.value_loss(v, ret), factor * np.mean((ret.numpy() - v.numpy()) ** 2), "PPO-LOSS-2")
+    assert_close(ppo.value_loss(v, ret), factor * np.mean((ret.double().numpy() - v.double().numpy()) ** 2), "PPO-LOSS-2")
 
 
 @pytest.mark.clause("PPO-LOSS-2")
@@ -226,9 +226,11 @@ def test_clip_grad_norm_golden(ppo):
 
 # ----------------------------------------------------------------------------- advantages
 @pytest.mark.clause("PPO-ADV-1")
-@given(st_.advantages(), st_.keyword_arguments("ppo.normalize_advantages"))
-def test_advantage_normalisation(ppo, adv, kw):
-    z = np_standardise(adv.numpy(), convention("advantage_std"), kw["eps"])
+@given(st_.advantages(), st_.keyword_arguments("ppo.normalize_advantages"), st_.float_dtypes())
+def test_advantage_normalisation(ppo, adv, kw, dtype):
+    # every declared dtype: a declared std convention must hold in float32 too, not only in float64
+    adv = st_.well_conditioned(adv.to(dtype))
+    z = np_standardise(adv.double().numpy(), convention("advantage_std"), kw["eps"])
     expected = z if kw["clamp"] is None else np.clip(z, -kw["clamp"], kw["clamp"])
     assert_close(ppo.normalize_advantages(adv, **kw), expected, "PPO-ADV-1")
 

@@ -207,3 +207,18 @@ def macro_return_in_the_counts_dtype(ref):
         return base(success, n_steps, r_terminal=r_terminal, r_penalty=r_penalty).to(n_steps.dtype)
 
     return override(ref, "ccapo", macro_return=macro_return)
+
+
+@mutant("CCAPO-MACRO-1", doc="The group z-score follows the seed's population std in float64 only; the float32 "
+        "path takes torch's default Bessel .std() (issue 27, class 2: a convention honoured for one dtype).",
+        source="a float32 fast path written with the tensor library's defaults")
+def macro_advantage_bessel_in_float32(ref):
+    base = ref.ccapo.macro_advantage
+
+    def macro_advantage(returns, *, eps=1e-8):
+        if returns.dtype == torch.float64:
+            return base(returns, eps=eps)
+        centred = returns - returns.mean(-1, keepdim=True)
+        return centred / (returns.std(-1, keepdim=True) + eps)
+
+    return override(ref, "ccapo", macro_advantage=macro_advantage)

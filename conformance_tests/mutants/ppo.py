@@ -258,6 +258,20 @@ def advantage_eps_inside_sqrt(ref):
     return override(ref, "ppo", normalize_advantages=normalize_advantages)
 
 
+@mutant("PPO-ADV-1", doc="Declares the population std (advantage_std ddof 0) and follows it in float64 only; the "
+        "float32 path takes torch's Bessel .std() (issue 27, class 2: a declaration honoured for one dtype).",
+        source="a float32 fast path written with the tensor library's defaults")
+def advantage_std_declared_float64_only(ref):
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        sd = advantage.std(unbiased=advantage.dtype != torch.float64)
+        out = (advantage - advantage.mean()) / (sd + eps)
+        return out if clamp is None else out.clamp(-clamp, clamp)
+
+    impl = override(ref, "ppo", normalize_advantages=normalize_advantages)
+    impl.capabilities = {**ref.capabilities, "conventions": {"advantage_std": {"ddof": 0, "eps": 1e-8, "eps_mode": "add"}}}
+    return impl
+
+
 class _NoZeroGrad:
     """An optimiser whose zero_grad does nothing: gradients pile up from step to step."""
 

@@ -163,11 +163,25 @@ def reference_only_clauses() -> frozenset[str]:
     return frozenset({c for cl in marks.values() for c in cl} - set(_clause_files()))
 
 
+IMPORT_PATH_VAR = "RLCONFORM_IMPORT_PATH"  # read by conformance_tests.plugin in the child and its workers
+
+
+def import_path() -> list[str]:
+    """Where the caller finds an ``--impl`` module, as absolute directories: the working directory, then
+    each ``PYTHONPATH`` entry. The audit's child runs elsewhere (a temporary directory, maybe forked from a
+    server started earlier), so a relative entry or the caller's directory would not reach it otherwise."""
+    entries = [os.getcwd(), *(e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e)]
+    return list(dict.fromkeys(os.path.abspath(e) for e in entries))
+
+
 def child_env() -> dict[str, str]:
-    """The caller's environment without what would reconfigure the child's pytest."""
+    """The caller's environment without what would reconfigure the child's pytest, plus the caller's
+    import path (:func:`import_path`)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env["PYTHONPATH"] = os.pathsep.join(import_path())
+    env[IMPORT_PATH_VAR] = env["PYTHONPATH"]
     return env
 
 
@@ -347,6 +361,8 @@ def run_suite(
     from conformance_tests.runtime import DEFAULT_TIMEOUT
 
     impl = resolve_impl_string(impl)  # always named: the plugin activates in an xdist controller too
+    if expectations:  # the child runs in a temporary directory: a relative path would name nothing there
+        expectations = str(Path(expectations).resolve())
     if on_event:  # one caller may follow several runs (the matrix): each starts its own count
         on_event({"event": "begin", "impl": impl})
     if profile == "release" and seed is None:  # drawn here, so a resumed child and the report share it

@@ -86,6 +86,9 @@ def _cmd_audit(args) -> int:
                   f"{', '.join(args.family)}", file=sys.stderr)
             return audit.EXIT_USAGE
     families = args.family or (sorted({spec.clause(c).family for c in args.clause}) if args.clause else None)
+    for entry in reversed(audit.import_path()):  # an --impl module is found where the audit's child finds it
+        if entry not in sys.path:
+            sys.path.insert(1, entry)
     try:
         pf = preflight(args.impl, device=args.device, families=families)
     except PreflightError as e:
