@@ -831,3 +831,26 @@ def test_relative_paths_and_the_callers_modules_reach_the_audit(tmp_path):
     there = subprocess.run([*argv, "--out", "o2"], cwd=sub, env={**env, "PYTHONPATH": ".."}, capture_output=True, text=True)
     assert there.returncode == 1, there.stdout[-2000:] + there.stderr[-2000:]  # the mutant, found and failing
     assert json.loads((sub / "o2" / "report.json").read_text())["clauses"][0]["status"] == "fail"
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_audit_writes_its_partial_report_and_stops_its_child(tmp_path, sig):
+    """Issue 26: a CI cancel or `timeout` (SIGTERM) and Ctrl-C end the same way: the partial report (the rest
+    NOT RUN), exit 4, and no pytest child left running on to the end."""
+    script = Path(sys.executable).parent / "rlconform"
+    proc = subprocess.Popen([str(script), "audit", "--family", "ppo", "--out", str(tmp_path / "o")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "o" / "pytest.log"
+    for line in proc.stderr:  # the first test file done: stop it there
+        if "failing so far" in line:
+            break
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4, (proc.returncode, err[-2000:])
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["run_info"]["interrupted"] and report["summary"]["tests_not_run"] > 0
+    assert "Verdict (exit 4)" in (tmp_path / "o" / "checklist.md").read_text()
+    size = log.stat().st_size
+    time.sleep(4)
+    assert log.stat().st_size == size, "the pytest child went on writing after the audit ended"

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -380,6 +381,7 @@ def run_suite(
         events, skip = tmp / "events.jsonl", tmp / "skip.txt"
         skip.write_text("", encoding="utf-8")
         log_file = open(log, "w", encoding="utf-8") if log else open(tmp / "pytest.log", "w", encoding="utf-8")
+        proc = None
         try:
             while True:
                 server = _current_server()
@@ -387,15 +389,18 @@ def run_suite(
                                    families=families, expectations=expectations, jobs=jobs, timeout=timeout,
                                    seed=seed, events=events, skip=skip, extra=extra,
                                    worker_python=_worker_python(server))
-                proc = _launch(server, args, cwd=tmp, env=child_env(), stdout=log_file, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL)
-                state.finished = None
                 try:
+                    proc = _launch(server, args, cwd=tmp, env=child_env(), stdout=log_file,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                    state.finished = None
                     reason = _watch(proc, state, events, on_event, per_test + grace if per_test else 0, started,
                                     budget)
-                except KeyboardInterrupt:
-                    _stop(proc)
-                    state.read(events, on_event)
+                except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP turned into one by the CLI: stop the
+                    # child (it reports what ran), keep what it ran; the report marks the rest not run
+                    with _signals_deferred():
+                        if proc is not None:
+                            _stop(proc)
+                        state.read(events, on_event)
                     interrupted = True
                     break
                 state.read(events, on_event)
@@ -453,6 +458,44 @@ def _watch(proc, state: _Run, events: Path, on_event, hang_after: float, started
                 proc.kill()
                 proc.wait()
                 return "hang"
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """While the child is being stopped, a second Ctrl-C or SIGTERM must not cut the stop short (and lose
+    the report, or orphan the child): they are held and the stop completes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS + (signal.SIGINT,)}
+    try:
+        yield
+    finally:
+        for s, h in held.items():
+            signal.signal(s, h)
+
+
+# Signals that stop an audit like Ctrl-C: a CI cancel or `timeout` (SIGTERM), a closed terminal (SIGHUP).
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def stops_as_interrupt():
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread while the block runs, so every stop
+    takes Ctrl-C's path: the child is stopped, the partial report is written, the exit code is 4."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def _stop(proc) -> None:

@@ -99,7 +99,7 @@ def _cmd_audit(args) -> int:
           f", profile {args.profile}, device {args.device}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with _AuditProgress() as progress:
+    with audit.stops_as_interrupt(), _AuditProgress() as progress:
         try:
             payload = audit.run_suite(pf.impl_string, profile=args.profile, device=args.device,
                                       families=families, clauses=args.clause, expectations=args.expectations,
@@ -114,10 +114,22 @@ def _cmd_audit(args) -> int:
         return audit.EXIT_IMPL
     payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit)
     report = audit.clause_report(payload)
-    rj, cm = audit.write_report(report, out)
-    print(audit.render_checklist(report))
-    print(f"wrote {rj} and {cm} (pytest output: {out / 'pytest.log'})")
+    rj, cm = audit.write_report(report, out)  # first: a closed pipe (`| tee` after Ctrl-C) must not lose it
+    if payload.get("interrupted"):
+        print(f"rlconform audit: stopped; the partial report is in {rj} (exit {audit.EXIT_SUITE})", file=sys.stderr)
+    _print_or_drop(audit.render_checklist(report))
+    _print_or_drop(f"wrote {rj} and {cm} (pytest output: {out / 'pytest.log'})")
     return report["summary"]["exit_code"]
+
+
+def _print_or_drop(text: str) -> None:
+    """Print to stdout; if the reader has gone (`| tee` killed by the same Ctrl-C), drop stdout quietly."""
+    try:
+        print(text, flush=True)
+    except (BrokenPipeError, OSError):
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
 
 
 class _AuditProgress:
