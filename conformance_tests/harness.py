@@ -20,6 +20,7 @@ import copy
 import functools
 import inspect
 import math
+import os
 import re
 import signal
 import threading
@@ -68,6 +69,23 @@ class OpTimeout(BaseException):
 
     A BaseException, so that Hypothesis neither retries nor shrinks the hung call: the test ends at once.
     """
+
+
+# ``rlconform audit`` names a file here: the call about to be made is written to it (one short line,
+# replaced at each call), so if the implementation kills the process (a segfault, os._exit) the audit
+# can still say which call did it. One os.pwrite per call; nothing when the variable is unset.
+_CALL_LOG: dict[str, Any] = {"fd": None, "path": None}
+
+
+def _note_call_outside(name: str, args: tuple, kwargs: dict) -> None:
+    path = os.environ.get("RLCONFORM_CALL_LOG")
+    if not path:
+        return
+    if _CALL_LOG["path"] != path:
+        _CALL_LOG.update(fd=os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), path=path)
+    data = describe_call((name, args, kwargs)).encode("utf-8", "replace")[:4000]
+    os.ftruncate(_CALL_LOG["fd"], 0)
+    os.pwrite(_CALL_LOG["fd"], data, 0)
 
 
 def reset_calls() -> None:
@@ -561,6 +579,7 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
                                                      "declares masks=False"))
     snap_args, snap_kwargs = _snapshot(args), _snapshot(kwargs)
     _STATE["calls"].append((name, snap_args, snap_kwargs))
+    _note_call_outside(name, snap_args, snap_kwargs)
     names = _contract_arg_names(name, fn, args, kwargs)
     state = _updated_in_place(name)
     handed = [v if n in state else _hand(_to_device(v)) for n, v in zip(names, [*args, *kwargs.values()])]

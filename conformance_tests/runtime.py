@@ -289,6 +289,18 @@ class RlconformRun:
                 "meta": any(True for _ in item.iter_markers("meta")), "outcome": None}
 
     # ------------------------------------------------------------------ running
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session):
+        """Under ``rlconform audit``, a fatal signal (a segfault in the code under test) writes the Python
+        stack to the audit's file, after pytest's own faulthandler set-up, so the crash report shows the
+        user's frames whole instead of the cut tail of a log."""
+        path = os.environ.get("RLCONFORM_FAULT_LOG")
+        if path:
+            import faulthandler
+
+            self._fault_file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the session
+            faulthandler.enable(file=self._fault_file, all_threads=False)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
         if self.ctrl_c:  # a Ctrl-C the code under test swallowed: stop before this test

@@ -854,3 +854,37 @@ def test_a_stopped_audit_writes_its_partial_report_and_stops_its_child(tmp_path,
     size = log.stat().st_size
     time.sleep(4)
     assert log.stat().st_size == size, "the pytest child went on writing after the audit ended"
+
+
+def _crashing_gae(how: str):
+    def gae(*args, **kwargs):
+        if how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)  # reads address 0: SIGSEGV inside the operation
+        os._exit(3)
+
+    return override(reference_impl.make(), "ppo", gae=gae)
+
+
+def segfaulting_gae():
+    return _crashing_gae("segfault")
+
+
+def exiting_gae():
+    return _crashing_gae("exit")
+
+
+@pytest.mark.parametrize("factory, how", [("segfaulting_gae", "signal SIGSEGV"), ("exiting_gae", "exit code 3")])
+def test_a_crash_in_the_code_under_test_is_that_clauses_finding_and_the_rest_still_runs(factory, how):
+    """Issue 26: a segfault or os._exit inside an operation is reported as a crash of the clause it happened
+    in, with the call it was making; the child is replaced and the other clauses still get their verdict."""
+    report = clause_report(run_suite(f"{HERE}:{factory}", clauses=["PPO-GAE-1", "PPO-LOSS-2"]))
+    by = {c["id"]: c for c in report["clauses"]}
+    gae = by["PPO-GAE-1"]
+    assert gae["status"] == "error" and gae["severity"] == "critical", gae
+    assert "died inside" in gae["message"] and how in gae["message"] and "last call: ppo.gae(" in gae["message"]
+    if how.startswith("signal"):
+        assert "in gae" in gae["message"]  # the user's frame, from faulthandler
+    assert by["PPO-LOSS-2"]["status"] == "pass"
+    assert report["summary"]["exit_code"] == 1 and report["summary"]["tests_not_run"] == 0

@@ -286,16 +286,18 @@ class _Run:
         elif kind == "preflight":
             self.preflight_error = ev["error"]
 
-    def hang(self, nodeid: str, message: str) -> None:
-        """Mark a test the watchdog had to kill *timeout*, and with it every test not yet run whose clauses
-        are all among its clauses (their verdict is already timeout): a hang that no signal reaches then
-        costs one test's budget per clause, not one per test."""
+    def hang(self, nodeid: str, message: str, outcome: str = "timeout") -> None:
+        """Mark a test the watchdog had to kill *timeout* (or one that killed its process, *error*), and with it
+        every test not yet run whose clauses are all among its clauses (their verdict is already that): a
+        hang or a crash then costs one restart per clause, not one per test."""
         rec = self.tests.setdefault(nodeid, {"clauses": [], "kind": "example", "meta": False})
-        rec.update(outcome="timeout", message=message)
+        rec.update(outcome=outcome, message=message, severity="critical")
+        what = "hung" if outcome == "timeout" else "crashed its process"
         hung = set(rec.get("clauses") or ())
         for other, r in self.tests.items():
             if hung and r.get("outcome") is None and r.get("clauses") and hung.issuperset(r["clauses"]):
-                r.update(outcome="timeout", message=f"not run: {nodeid}, a test of the same clause(s), hung ({message})")
+                r.update(outcome=outcome, severity="critical",
+                         message=f"not run: {nodeid}, a test of the same clause(s), {what} ({message.splitlines()[0]})")
         self.in_flight = {}
 
     def done(self) -> set[str]:
@@ -374,6 +376,7 @@ def run_suite(
     per_test = DEFAULT_TIMEOUT if timeout is None else float(timeout)
     state, started = _Run(), time.time()
     hung: list[str] = []
+    crashed: list[str] = []
     interrupted = budget_exhausted = False
     with tempfile.TemporaryDirectory(prefix="rlconform-audit-") as tmpdir:
         tmp = Path(tmpdir)
@@ -390,7 +393,9 @@ def run_suite(
                                    seed=seed, events=events, skip=skip, extra=extra,
                                    worker_python=_worker_python(server))
                 try:
-                    proc = _launch(server, args, cwd=tmp, env=child_env(), stdout=log_file,
+                    env = {**child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"),
+                           "RLCONFORM_FAULT_LOG": str(tmp / "fault.txt")}
+                    proc = _launch(server, args, cwd=tmp, env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                     state.finished = None
                     reason = _watch(proc, state, events, on_event, per_test + grace if per_test else 0, started,
@@ -412,7 +417,15 @@ def run_suite(
                     hung.append(nodeid)
                     state.hang(nodeid, f"{nodeid} did not finish within {per_test:g} s (+{grace:g} s grace); "
                                        "the process was stopped")
-                    skip.write_text("\n".join(sorted(state.done() | set(hung))) + "\n", encoding="utf-8")
+                    skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
+                    continue
+                if state.finished is None and state.in_flight and len(crashed) < MAX_CRASHES:
+                    # the process died inside a test (a segfault, os._exit in the code under test): that test
+                    # is a crash, the child is replaced, and the other clauses still run
+                    nodeid = next(iter(state.in_flight))
+                    crashed.append(nodeid)
+                    state.hang(nodeid, _crash_message(nodeid, proc.returncode, tmp), outcome="error")
+                    skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
                     continue
                 break
             log_file.flush()
@@ -434,9 +447,32 @@ def run_suite(
         "expectations": load_expectations(expectations, default_spec().clauses),
         "unmatched_expectations": state.info.get("unmatched_expectations", []),
         "interrupted": interrupted or bool(fin.get("interrupted")) and not hung,
-        "budget_exhausted": budget_exhausted, "hung": hung, "pytest_exit": fin.get("exitstatus"),
+        "budget_exhausted": budget_exhausted, "hung": hung, "crashed": crashed, "pytest_exit": fin.get("exitstatus"),
         "started": started, "finished": time.time(), "log_tail": log_text[-3000:],
     }
+
+
+_RUNNER_FRAMES = ("/_pytest/", "/pluggy/", "/hypothesis/", "/execnet/", "/xdist/")  # not what a crash report needs
+MAX_CRASHES = 20  # child restarts after crashes in one audit; past that the rest is reported not run
+
+
+def _crash_message(nodeid: str, returncode: int | None, tmp: Path) -> str:
+    """What killed the child inside ``nodeid``: the signal or exit code, the call it was making, and the
+    Python stack faulthandler wrote at a fatal signal (the user's frames included)."""
+    how = (f"signal {signal.Signals(-returncode).name}" if returncode is not None and returncode < 0
+           else f"exit code {returncode}")
+    lines = [f"the test process died inside {nodeid} ({how}): the implementation crashed it"]
+    last = tmp / "last_call.txt"
+    if last.exists() and last.stat().st_size:
+        lines.append(f"  last call: {last.read_text(encoding='utf-8', errors='replace').strip()}")
+        last.write_text("", encoding="utf-8")
+    fault = tmp / "fault.txt"
+    if fault.exists() and fault.stat().st_size:
+        frames = [ln.strip() for ln in fault.read_text(encoding="utf-8", errors="replace").splitlines()
+                  if ln.strip().startswith("File ") and not any(k in ln for k in _RUNNER_FRAMES)]
+        lines += ["  Python stack at the crash (most recent call first):", *("    " + f for f in frames[:8])]
+        fault.write_text("", encoding="utf-8")
+    return "\n".join(lines)
 
 
 def _watch(proc, state: _Run, events: Path, on_event, hang_after: float, started: float, budget) -> str:
@@ -549,7 +585,9 @@ def _worst_severity(failing: list[dict]) -> str:
 def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
     """Every failing test of a clause, worst status first, then golden before example before property."""
     bad = [(n, t) for n, t in tests if t.get("outcome") in _STATUS_RANK]
-    bad.sort(key=lambda nt: (_STATUS_RANK[nt[1]["outcome"]], KIND_RANK.get(nt[1].get("kind"), 1), nt[0]))
+    # a test that never ran because a sibling hung or crashed explains less than that sibling
+    bad.sort(key=lambda nt: (_STATUS_RANK[nt[1]["outcome"]], (nt[1].get("message") or "").startswith("not run:"),
+                             KIND_RANK.get(nt[1].get("kind"), 1), nt[0]))
     out = []
     for nodeid, t in bad:
         entry = {"test": nodeid, "status": t["outcome"], "kind": t.get("kind"),
