@@ -179,8 +179,11 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
         return an.paired_bootstrap(diffs)
 
     metrics = [("heldout", "held-out greedy accuracy"), ("reward", "batch reward"), ("kl_ref", "KL(π‖ref), k3")]
+    rates = ("each arm at its best learning rate" if _sweep_table(out, arms)
+             else f"every arm at lr {chosen[arms[0]]:g}" if len(set(chosen.values())) == 1
+             else "learning rates given per arm")
     lines = [f"# IS Reshape v4 on a causal language model ({'larger model, ' if cfg.get('hidden', 64) > 64 else ''}"
-             f"{device.upper() if device != 'cpu' else 'CPU'})", "",
+             f"{device.upper() if device != 'cpu' else 'CPU'}, {rates})", "",
              "```", command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}", "```", ""]
     timings = [json.loads(ln) for ln in (out / "timings.jsonl").read_text().splitlines() if ln.strip()] \
         if (out / "timings.jsonl").exists() else []
