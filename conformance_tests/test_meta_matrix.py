@@ -68,6 +68,21 @@ def test_a_finding_page_naming_the_clause_explains_it(tmp_path):
     assert "findings/torchrl-nan-actor.md" in md and "| `SAC-ENT-1` |" in md
 
 
+def test_a_page_is_linked_by_what_the_audit_observed_not_by_the_ids_it_mentions(tmp_path):
+    """Issue 24: a page found by reading the source names a clause the suite does not reach; it must not
+    stand under that clause's cell as if the audit had found it, and a page's asides do not link it."""
+    page = ("# SAPO ignores the aggregation mode\n\n- **Clauses**: SAC-POL-1 (the asked mode).\n"
+            "- **Found by**: reading the source; the suite does not reach it yet.\n\nCompare SAC-ENT-1.\n")
+    m = _matrix(tmp_path, {"SAC-POL-1": "fail"}, page=page)
+    info = m["libraries"]["torchrl"]
+    assert info["finding_pages"] == {"SAC-POL-1": []} and info["unexplained"] == ["SAC-POL-1"]
+    assert info["read_in_source"] == {"torchrl-nan-actor.md": ["SAC-POL-1"]}
+    md = matrix.render_markdown(m)
+    assert "## Found by reading the source" in md and "SAC-ENT-1" not in md.split("## Found by reading")[1]
+    observed = page.replace("reading the source; the suite does not reach it yet", "`rlconform audit --impl x:make`")
+    assert matrix.page_facts(observed) == ({"SAC-POL-1"}, True)  # the Clauses bullet, not the aside
+
+
 @pytest.mark.parametrize("pins, needle", [
     ({"torchrl": {"findings": [], "deviations": ["SAC-ENT-1"]}}, "new findings ['SAC-POL-1']"),
     ({"torchrl": {"findings": ["SAC-POL-1", "SAC-ENT-2"], "deviations": ["SAC-ENT-1"]}},

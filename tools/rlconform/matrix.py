@@ -107,8 +107,24 @@ def library_column(report: dict | None, spec: Spec, *, reason: str | None = None
     return col
 
 
-def finding_pages(findings_dir: Path) -> dict[tuple[str, str], list[str]]:
-    """(library, clause) -> the finding pages (file names) that name that clause."""
+def _bullet(text: str, key: str) -> str | None:
+    """The text of a page's ``- **key**:`` bullet, continuation lines included (None when absent)."""
+    m = re.search(rf"^- \*\*{re.escape(key)}\*\*:(.*?)(?=^- \*\*|^\s*$|^#|\Z)", text, re.S | re.M)
+    return m.group(1) if m else None
+
+
+def page_facts(text: str) -> tuple[set[str], bool]:
+    """The clauses a finding page explains (its **Clauses** bullet; every id on the page without one) and
+    whether the audit observed it (its **Found by** bullet names ``rlconform audit``), not a reading of the
+    library's source that the suite does not reach."""
+    clauses = _bullet(text, "Clauses")
+    found_by = _bullet(text, "Found by")
+    return set(_CLAUSE_ID.findall(clauses if clauses is not None else text)), found_by is None or "rlconform audit" in found_by
+
+
+def finding_pages(findings_dir: Path, *, observed: bool = True) -> dict[tuple[str, str], list[str]]:
+    """(library, clause) -> the finding pages (file names) that explain that clause: those the audit observed
+    (``observed=True``, linked from the matrix's cells) or those found by reading the source (False)."""
     out: dict[tuple[str, str], list[str]] = {}
     if not findings_dir.is_dir():
         return out
@@ -117,7 +133,10 @@ def finding_pages(findings_dir: Path) -> dict[tuple[str, str], list[str]]:
         lib = next((lib for lib in libs if page.stem.startswith(lib + "-")), None)
         if lib is None:
             continue
-        for cid in set(_CLAUSE_ID.findall(page.read_text(encoding="utf-8"))):
+        clauses, seen = page_facts(page.read_text(encoding="utf-8"))
+        if seen != observed:
+            continue
+        for cid in clauses:
             out.setdefault((lib, cid), []).append(page.name)
     return out
 
@@ -134,6 +153,7 @@ def build(columns: dict[str, dict], spec: Spec, findings_dir: Path, stamp: dict)
             "deviations": sorted(c for c, v in cells.items() if v == "deviation"),
             "finding_pages": {c: pages.get((lib, c), []) for c in findings},
             "unexplained": [c for c in findings if not pages.get((lib, c))],
+            "read_in_source": _read_in_source(findings_dir, lib),
             "cells": cells,
         }
     return {"stamp": stamp, "libraries": libs,
@@ -151,7 +171,18 @@ def refresh(matrix: dict, findings_dir: Path) -> dict:
     for lib, info in matrix["libraries"].items():
         info["finding_pages"] = {c: pages.get((lib, c), []) for c in info.get("findings", [])}
         info["unexplained"] = [c for c in info.get("findings", []) if not pages.get((lib, c))]
+        info["read_in_source"] = _read_in_source(findings_dir, lib)
     return matrix
+
+
+def _read_in_source(findings_dir: Path, lib: str) -> dict[str, list[str]]:
+    """page -> clauses, for ``lib``'s finding pages found by reading its source (the audit did not see them)."""
+    out: dict[str, list[str]] = {}
+    for (l, cid), names in finding_pages(findings_dir, observed=False).items():
+        if l == lib:
+            for name in names:
+                out.setdefault(name, []).append(cid)
+    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 def render_markdown(matrix: dict) -> str:
@@ -185,6 +216,13 @@ def render_markdown(matrix: dict) -> str:
         lines.append(f"- {f'[{sev}] ' if sev else ''}**{lib}** — `{cid}`: {link}")
     if not any_finding:
         lines.append("No library fails a clause.")
+    read = [(lib, page, cids) for lib, info in libs.items() for page, cids in (info.get("read_in_source") or {}).items()]
+    if read:
+        lines += ["", "## Found by reading the source", "",
+                  "Defects seen in a library's code that no contract operation reaches yet: they are not cells of "
+                  "this matrix, and the clauses named are those the page argues from.", ""]
+        lines += [f"- **{lib}** — [{page[:-3]}](findings/{page}) ({', '.join(f'`{c}`' for c in cids)})"
+                  for lib, page, cids in read]
     shown = [c for c in matrix["clauses"]
              if any(libs[lib]["cells"].get(c["id"]) not in ("not_applicable", None) for lib in names)]
     lines += ["", "## Clause × library", "",
