@@ -27,8 +27,17 @@ _SYMBOL = {"fail": "✗", "deviation": "≈", "pass": "✓", "not_applicable": "
 _LABEL = {"fail": "finding", "deviation": "declared deviation", "pass": "pass", "not_applicable": "not applicable",
           "not_run": "not run"}
 _ROOT = Path(__file__).resolve().parents[2]
-PINS = _ROOT / "conformance_tests" / "adapters" / "pins.yaml"
-FINDINGS = _ROOT / "docs" / "audits" / "findings"  # the published finding pages (a source checkout)
+FINDINGS = _ROOT / "docs" / "audits" / "findings"  # the published finding pages (a source checkout only)
+
+
+def _pins_path() -> Path:
+    """pins.yaml as installed (package data of conformance_tests.adapters), a checkout or a wheel alike."""
+    import conformance_tests.adapters
+
+    return Path(conformance_tests.adapters.__file__).resolve().parent / "pins.yaml"
+
+
+PINS = _pins_path()
 _PINS_SCHEMA = {"type": "object", "additionalProperties": {
     "type": "object", "additionalProperties": False,
     "properties": {k: {"type": "array", "items": {"type": "string"}} for k in ("findings", "deviations")}}}
@@ -152,7 +161,8 @@ def build(columns: dict[str, dict], spec: Spec, findings_dir: Path, stamp: dict)
             "findings": findings,
             "deviations": sorted(c for c, v in cells.items() if v == "deviation"),
             "finding_pages": {c: pages.get((lib, c), []) for c in findings},
-            "unexplained": [c for c in findings if not pages.get((lib, c))],
+            # outside a checkout (an installed wheel) there are no finding pages to hold the failures to
+            "unexplained": [c for c in findings if not pages.get((lib, c))] if Path(findings_dir).is_dir() else [],
             "read_in_source": _read_in_source(findings_dir, lib),
             "cells": cells,
         }
