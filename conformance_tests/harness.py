@@ -158,7 +158,7 @@ def capability(name: str, default: Any = None) -> Any:
 # ``dtypes`` means every dtype the suite tests (the reference's), so the reference keeps its half tests.
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 CAPABILITY_DEFAULTS = {"masks": True, "dtypes": list(DTYPES), "differentiable": True,
-                       "terminated_truncated": False}
+                       "terminated_truncated": False, "train_dtype": None}
 
 
 def not_applicable(reason: str) -> None:
@@ -579,6 +579,7 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
                                                      "declares masks=False"))
     snap_args, snap_kwargs = _snapshot(args), _snapshot(kwargs)
     _STATE["calls"].append((name, snap_args, snap_kwargs))
+    _STATE["last_fn"] = fn
     _note_call_outside(name, snap_args, snap_kwargs)
     names = _contract_arg_names(name, fn, args, kwargs)
     state = _updated_in_place(name)
@@ -660,6 +661,62 @@ def _changed(now: Any, was: Any, path: str) -> str | None:
         return None if bool(now == was) or (now != now and was != was) else path  # NaN equals NaN here
     except Exception:  # noqa: BLE001 - values without an equality (arrays of another kind) are not compared
         return None
+
+
+def _cast_floats(x: Any, src: torch.dtype, dst: torch.dtype) -> Any:
+    """``x`` with every ``src`` tensor (and module) as ``dst``; containers walked, modules copied."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(dst).requires_grad_(x.requires_grad) if x.dtype == src else x
+    if isinstance(x, torch.nn.Module):
+        return copy.deepcopy(x).to(dst)
+    if isinstance(x, (list, tuple)) and type(x) in (list, tuple):
+        return type(x)(_cast_floats(v, src, dst) for v in x)
+    if isinstance(x, dict):
+        return {k: _cast_floats(v, src, dst) for k, v in x.items()}
+    return x
+
+
+def _float_leaves(x: Any) -> list[np.ndarray]:
+    return [_to_numpy(v).astype(np.float64).ravel() for _, v in named_leaves(host(x))
+            if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def evidence_in_train_dtype() -> dict | None:
+    """The failing test's last call made again in the dtype the implementation trains in (capability
+    ``train_dtype``), when the test ran it in float64: what the library's users actually get. A float64
+    residue may be nothing in float32, or a float64 near-miss may be a large error there.
+
+    Returns ``{"dtype", "float64", "train", "max_difference", "severity"}`` or None (nothing to redo)."""
+    td = capability("train_dtype", None)
+    if not td or not _STATE["calls"] or _STATE.get("last_fn") is None:
+        return None
+    dst = getattr(torch, str(td).replace("torch.", ""))
+    name, args, kwargs = _STATE["calls"][-1]
+    if dst == torch.float64 or not any(isinstance(v, torch.Tensor) and v.dtype == torch.float64
+                                       for _, v in named_leaves([args, kwargs])):
+        return None
+    fn = _STATE["last_fn"]
+    try:
+        wide = fn(*_to_device(copy.deepcopy(args)), **_to_device(copy.deepcopy(kwargs)))
+        narrow = fn(*_to_device(_cast_floats(args, torch.float64, dst)),
+                    **_to_device(_cast_floats(kwargs, torch.float64, dst)))
+    except Exception as e:  # noqa: BLE001 - the evidence is a courtesy: its failure must not change the verdict
+        return {"dtype": str(dst).replace("torch.", ""), "error": f"{type(e).__name__}: {e}"[:300]}
+    w, n = _float_leaves(wide), _float_leaves(narrow)
+    if not w or len(w) != len(n) or any(a.shape != b.shape for a, b in zip(w, n)):
+        return None
+    w, n = np.concatenate(w), np.concatenate(n)
+    fin = np.isfinite(w) & np.isfinite(n)
+    diff = float(np.max(np.abs(w[fin] - n[fin]), initial=0.0))
+    scale = float(np.max(np.abs(w[fin]), initial=0.0))
+    if (~np.isfinite(n) & np.isfinite(w)).any():
+        severity = "critical"
+    elif diff > 1e-3 * max(scale, 1.0):
+        severity = "major"  # the defect is far larger in the dtype the library trains in
+    else:
+        severity = None  # float32 agrees with float64 to its precision: the float64 finding stands as it was
+    return {"dtype": str(dst).replace("torch.", ""), "float64": _fmt(host(wide)), "train": _fmt(host(narrow)),
+            "max_difference": diff, "severity": severity}
 
 
 def repro_snippet(calls: Iterable[tuple[str, tuple, dict]] | None = None, limit: int = 3) -> str:
@@ -789,10 +846,12 @@ def fail(clause: str, got: Any, expected: Any, detail: str = "", *, severity: st
     if detail:
         msg += f"\n  {detail}"
     if severity is None:
-        try:  # a non-finite result where the answer is finite breaks training, whatever the assertion
-            g, e = _to_numpy(got), _to_numpy(expected)
-            if g.dtype.kind in "fc" and g.shape == e.shape and (~np.isfinite(g) & np.isfinite(e.astype(float))).any():
-                severity = "critical"
+        try:  # numbers against numbers: NaN/inf where the answer is finite is critical, a residue minor
+            g, e = _to_numpy(got).astype(np.float64), _to_numpy(expected).astype(np.float64)
+            if g.shape == e.shape and g.size:
+                fin = np.isfinite(g) & np.isfinite(e)
+                severity = _severity_of(g, e, float(np.max(np.abs(g[fin] - e[fin]), initial=0.0)) if fin.all()
+                                        else float("nan"))
         except Exception:  # noqa: BLE001 - got/expected are not numeric arrays: leave the default
             pass
     _note_failure("fail", msg, severity)

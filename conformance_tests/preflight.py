@@ -171,7 +171,8 @@ def git_commit(obj: Any) -> str | None:
 
 
 # What an implementation may declare (conformance_tests/contract/__init__.py documents each).
-CAPABILITIES = ("errors_name_clauses", "masks", "dtypes", "differentiable", "terminated_truncated", "conventions")
+CAPABILITIES = ("errors_name_clauses", "masks", "dtypes", "differentiable", "terminated_truncated", "conventions",
+                "train_dtype")
 CAPABILITY_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -191,6 +192,10 @@ def check_capabilities(caps: Any, value: str) -> None:
     if bad or ("dtypes" in caps and not caps["dtypes"]):
         raise PreflightError(f"--impl {value!r}: capabilities['dtypes'] must name some of "
                              f"{', '.join(CAPABILITY_DTYPES)}, got {caps['dtypes']!r}")
+    td = caps.get("train_dtype")
+    if td is not None and td not in CAPABILITY_DTYPES:
+        raise PreflightError(f"--impl {value!r}: capabilities['train_dtype'] must be one of "
+                             f"{', '.join(CAPABILITY_DTYPES)}, got {td!r}")
     spec = default_spec()
     for name, declared in (caps.get("conventions") or {}).items():
         if name not in spec.conventions:

@@ -380,6 +380,10 @@ class RlconformRun:
             if extra.get("status") != "not_applicable":
                 extra["severity"] = ("critical" if extra.get("status") in ("error", "timeout")
                                      else harness.failure_severity() or "major")
+                if extra.get("status") is None and (ev := harness.evidence_in_train_dtype()):
+                    extra["train_dtype_evidence"] = ev  # the same call in the dtype the library trains in
+                    if ev.get("severity") and harness.SEVERITIES.index(ev["severity"]) < harness.SEVERITIES.index(extra["severity"]):
+                        extra["severity"] = ev["severity"]
             examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure
             if examples:
                 extra["falsifying_example"] = "\n".join(examples)

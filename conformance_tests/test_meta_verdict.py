@@ -888,3 +888,42 @@ def test_a_crash_in_the_code_under_test_is_that_clauses_finding_and_the_rest_sti
         assert "in gae" in gae["message"]  # the user's frame, from faulthandler
     assert by["PPO-LOSS-2"]["status"] == "pass"
     assert report["summary"]["exit_code"] == 1 and report["summary"]["tests_not_run"] == 0
+
+
+def plain_zscore_macro_trained_in_float32():
+    """GRPO's group z-score without the degenerate-group rule, from a library that trains in float32: in
+    float64 an all-equal group gives a residue; in float32 it gives advantages near ±1 (issue 24)."""
+    def macro_advantage(returns, *, eps=1e-8):
+        return (returns - returns.mean(-1, keepdim=True)) / (returns.std(-1, keepdim=True, unbiased=False) + eps)
+
+    impl = override(reference_impl.make(), "ccapo", macro_advantage=macro_advantage)
+    return _declaring(impl, train_dtype="float32")
+
+
+def test_a_float64_finding_is_shown_in_the_dtype_the_library_trains_in():
+    """Issue 24: the audit shows a finding in the library's real dtype, and ranks it by what users get there."""
+    report = clause_report(run_suite(f"{HERE}:plain_zscore_macro_trained_in_float32", clauses=["CCAPO-MACRO-2"]))
+    (c,) = report["clauses"]
+    assert c["status"] == "fail" and c["severity"] == "major", c.get("severity")
+    assert any("seven_equal_returns_golden[float32]" in t["test"] for t in c["failing_tests"])
+
+
+def test_the_failing_call_is_made_again_in_the_training_dtype():
+    from conformance_tests import harness
+
+    saved = harness.declared_capabilities()
+    impl = plain_zscore_macro_trained_in_float32()
+    try:
+        harness.set_capabilities(impl.capabilities)
+        harness.begin_test(clauses=["CCAPO-MACRO-2"])
+        ccapo = harness.FamilyProxy("ccapo", impl.ccapo)
+        ccapo.macro_advantage(torch.full((1, 7), 10.1, dtype=torch.float64))  # float64: a residue at most
+        ev = harness.evidence_in_train_dtype()
+        assert ev["dtype"] == "float32" and ev["severity"] == "major" and ev["max_difference"] > 0.5, ev
+        ccapo.macro_advantage(torch.full((1, 3), 0.1, dtype=torch.float64))  # here float32 rounds to exactly 0
+        assert harness.evidence_in_train_dtype()["severity"] is None
+        harness.set_capabilities({**impl.capabilities, "train_dtype": None})
+        assert harness.evidence_in_train_dtype() is None  # nothing declared: nothing redone
+    finally:
+        harness.set_capabilities(saved)
+        harness.end_test()

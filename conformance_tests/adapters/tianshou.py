@@ -17,6 +17,7 @@ import types
 CAPABILITIES = {
     "masks": False,  # algorithm/modelfree/discrete_sac.py:74 Categorical(logits=...): no action mask anywhere
     "dtypes": ["float32", "float64"],  # numba kernels run in float64 (algorithm_base.py:1086, :1161), cast back
+    "train_dtype": "float32",  # its batches and networks are float32
     "differentiable": False,  # stats are .item() floats (discrete_sac.py:190-196); returns numpy (:719)
     "terminated_truncated": True,  # algorithm_base.py:651 value_mask = ~terminated; :714 end = terminated | truncated
     "conventions": {

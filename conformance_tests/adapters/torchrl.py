@@ -18,6 +18,7 @@ from conformance_tests.adapters import distribution_ops
 CAPABILITIES = {
     "masks": True,  # modules/distributions/discrete.py:175 MaskedCategorical(logits, mask=...)
     "dtypes": ["float32", "float64"],  # float64 when built under that default dtype (buffers: torch.tensor(float))
+    "train_dtype": "float32",  # what its collectors and losses run in: findings are also shown in it
     "terminated_truncated": True,  # objectives/value/functional.py:120 GAE(done, terminated); sac.py TD0 on terminated
     "conventions": {
         "mask_fill": "neg_inf",  # modules/distributions/discrete.py:240 neg_inf=-inf, :420 masked_fill; no eps-clip

@@ -88,6 +88,7 @@ def make() -> types.SimpleNamespace:
 
     capabilities = {
         "dtypes": ["float32", "float64"], "terminated_truncated": False,
+        "train_dtype": "float32",  # GRPO trains in bf16/fp32, never float64: float64 findings are labelled so
         "differentiable": ["ccapo.policy_loss", "isreshape.aggregate_loss"],
         "conventions": {
             "clip_fraction": "active_clips",  # clip_ratio/region_mean: r<1-ε with A<0 or r>1+ε with A>0 (:3274-3276)

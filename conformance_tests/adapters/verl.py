@@ -90,6 +90,7 @@ def make() -> types.SimpleNamespace:
 
     capabilities = {
         "masks": True, "dtypes": ["float32", "float64"], "terminated_truncated": False,
+        "train_dtype": "float32",  # its actor computes log-probs and losses in float32 (bf16 weights)
         # advantages are computed under torch.no_grad() (:244, :310); losses are differentiable
         "differentiable": ["ccapo.policy_loss", "isreshape.aggregate_loss", "ppo.value_loss"],
         "conventions": {

@@ -25,6 +25,10 @@ The other capabilities (defaults: what the reference does):
 * ``terminated_truncated: bool = False``. True: the operations whose contract names a ``truncated=``
   argument (``ppo.gae``, ``sac.losses``' batch) accept it, and the suite also draws truncations; their
   ``done`` then means *terminated*. Without it those ops see one ``done`` flag only.
+* ``train_dtype: str | None = None`` ("float32", "bfloat16", ...): the dtype the library trains in. It changes
+  no verdict: when a test fails on float64 inputs, the report also shows the failing call made again in this
+  dtype, and its severity follows what users of that dtype get (a float64 residue that is 0.9 in float32 is
+  major; one float32 does not show stays what it was).
 * ``conventions: dict[str, value]``: declared departures from the seeds' conventions, by the ids and
   allowed values of ``spec/conventions.yaml`` (``{"value_loss_factor": 1.0, "mask_fill": "neg_inf"}``).
   The tests compute their oracle under the declared value and keep checking the clause's normative part;

@@ -593,7 +593,7 @@ def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
         entry = {"test": nodeid, "status": t["outcome"], "kind": t.get("kind"),
                  "severity": t.get("severity") or ("critical" if t["outcome"] in ("error", "timeout") else "major"),
                  "message": _first_lines(t.get("message") or "", 12)}
-        for key in ("falsifying_example", "reproduce_failure", "repro"):
+        for key in ("falsifying_example", "reproduce_failure", "repro", "train_dtype_evidence"):
             if t.get(key):
                 entry[key] = t[key]
         out.append(entry)
@@ -764,7 +764,20 @@ def _finding_line(c: dict) -> str:
     more = len(c.get("failing_tests", [])) - 1
     tail = f" (+{more} more failing test{'s' if more > 1 else ''})" if more > 0 else ""
     sev = f"[{c['severity']}] " if c.get("severity") else ""
-    return f"- {sev}**{c['id']}** ({c['level']}) {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}{tail}"
+    return (f"- {sev}**{c['id']}** ({c['level']}) {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}{tail}"
+            + _train_dtype_note(c))
+
+
+def _train_dtype_note(c: dict) -> str:
+    """What the failing call gives in the dtype the library trains in, when the test ran it in float64."""
+    ev = next((t["train_dtype_evidence"] for t in c.get("failing_tests", []) if t.get("train_dtype_evidence")), None)
+    if not ev or ev.get("error"):
+        return ""
+    if ev.get("severity"):
+        return (f" In {ev['dtype']}, the dtype the library trains in, the same call returns {ev['train']} "
+                f"(float64: {ev['float64']}; they differ by up to {ev['max_difference']:.3g}).")
+    return (f" In {ev['dtype']}, the dtype the library trains in, the same call agrees with float64 to "
+            f"{ev['max_difference']:.2g}: a float64 finding.")
 
 
 def _binding(c: dict) -> bool:
