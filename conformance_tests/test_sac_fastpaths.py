@@ -208,3 +208,22 @@ def test_batched_text_rewards_equal_the_string_forms(seed):
     got = reward.bigram_bonus_ids(prev, char, pairs, 5, lam=0.7)
     want = [reward.bigram_bonus(alphabet[p], alphabet[c], lexicon, lam=0.7) for p, c in zip(prev.tolist(), char.tolist())]
     assert_close(got, torch.tensor(want, dtype=got.dtype), "SAC-BIGRAM-1", dtype=got.dtype, what="batched bigram bonus")
+
+
+def test_the_stacked_twin_mlp_is_two_independent_mlps():
+    """reference_impl.sac.nets.TwinMLP: each copy computes its own MLP (values and gradients), and the two
+    copies start from independent initialisations (twin critics that start equal are one critic)."""
+    from reference_impl.sac.nets import TwinMLP
+
+    torch.manual_seed(0)
+    twin = TwinMLP(5, 7, 3).double()
+    assert not torch.equal(twin.weight[0][0], twin.weight[0][1])
+    x = torch.randn(4, 5, dtype=torch.float64)
+    q1, q2 = twin(x)
+    for k, q in enumerate((q1, q2)):
+        h = torch.relu(x @ twin.weight[0][k].T + twin.bias[0][k])
+        assert_close(q, h @ twin.weight[1][k].T + twin.bias[1][k], "SAC-V-1", what=f"copy {k}")
+    (q1.sum() + 2 * q2.sum()).backward()
+    ones = torch.ones(4, 3, dtype=torch.float64)
+    h2 = torch.relu(x @ twin.weight[0][1].T + twin.bias[0][1])
+    assert_close(twin.weight[1].grad[1], 2 * ones.T @ h2, "SAC-V-1", what="gradient of copy 2's last layer")

@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 
@@ -76,3 +78,30 @@ class TwinQ(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.q1(obs), self.q2(obs)
+
+
+class TwinMLP(nn.Module):
+    """Two MLPs of one shape (``dims``: in, hidden..., out; ReLU between layers) evaluated together: each
+    layer is one batched matmul over the stacked weights [2, out, in], so the twin critics cost the ops and
+    kernel launches of one network, forward and backward (the ensemble layout TorchRL gets from vmap).
+    Each copy is initialised as ``nn.Linear`` would be, independently. ``forward(x [B, in]) -> (q1, q2)``."""
+
+    def __init__(self, *dims: int, copies: int = 2):
+        super().__init__()
+        self.copies = copies
+        self.weight = nn.ParameterList(nn.Parameter(torch.empty(copies, o, i)) for i, o in zip(dims, dims[1:]))
+        self.bias = nn.ParameterList(nn.Parameter(torch.empty(copies, 1, o)) for o in dims[1:])
+        for w, b in zip(self.weight, self.bias):
+            for k in range(copies):  # nn.Linear's initialisation, copy by copy
+                nn.init.kaiming_uniform_(w[k], a=math.sqrt(5))
+                bound = 1 / math.sqrt(w.shape[-1])
+                nn.init.uniform_(b[k], -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = x.expand(self.copies, *x.shape)
+        last = len(self.weight) - 1
+        for k, (w, b) in enumerate(zip(self.weight, self.bias)):
+            h = torch.baddbmm(b, h, w.transpose(1, 2))
+            if k < last:
+                h = torch.relu(h)
+        return tuple(h.unbind(0))
