@@ -245,29 +245,27 @@ def normalize_ignores_keywords(ref):
     return override(ref, "ppo", normalize_advantages=normalize_advantages)
 
 
+def _normalisation(ref, denominator):
+    """The reference with ``normalize_advantages`` = (A − mean) / denominator(A, eps), then the clamp."""
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        out = (advantage - advantage.mean()) / denominator(advantage, eps)
+        return out if clamp is None else out.clamp(-clamp, clamp)
+
+    return override(ref, "ppo", normalize_advantages=normalize_advantages)
+
+
 @mutant("PPO-ADV-1", doc="eps inside the square root: (A - mean) / sqrt(var + eps), a SHOULD formula the "
         "implementation provides and computes wrongly (issue 27, class 1: it must fail the audit, not only a test).",
         source="a common normalisation written from memory")
 def advantage_eps_inside_sqrt(ref):
-    import torch
-
-    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
-        out = (advantage - advantage.mean()) / torch.sqrt(advantage.var() + eps)
-        return out if clamp is None else out.clamp(-clamp, clamp)
-
-    return override(ref, "ppo", normalize_advantages=normalize_advantages)
+    return _normalisation(ref, lambda a, eps: torch.sqrt(a.var() + eps))
 
 
 @mutant("PPO-ADV-1", doc="Declares the population std (advantage_std ddof 0) and follows it in float64 only; the "
         "float32 path takes torch's Bessel .std() (issue 27, class 2: a declaration honoured for one dtype).",
         source="a float32 fast path written with the tensor library's defaults")
 def advantage_std_declared_float64_only(ref):
-    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
-        sd = advantage.std(unbiased=advantage.dtype != torch.float64)
-        out = (advantage - advantage.mean()) / (sd + eps)
-        return out if clamp is None else out.clamp(-clamp, clamp)
-
-    impl = override(ref, "ppo", normalize_advantages=normalize_advantages)
+    impl = _normalisation(ref, lambda a, eps: a.std(unbiased=a.dtype != torch.float64) + eps)
     impl.capabilities = {**ref.capabilities, "conventions": {"advantage_std": {"ddof": 0, "eps": 1e-8, "eps_mode": "add"}}}
     return impl
 
