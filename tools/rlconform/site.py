@@ -318,7 +318,8 @@ def clause_block(spec, fspec, c, tests: dict[str, int], page: str) -> str:
     """One clause: anchored heading, statement, display formula, then its facts."""
     dep = " (deprecated)" if c.deprecated else ""
     lines = [f"### {c.id}: {text(plain(c.title))}{dep} {{ #{c.id} }}", "",
-             f"**{c.level}** · {c.kind} · tolerance `{c.tolerance.name}`", "", text(c.statement), ""]
+             f"**{c.level}**{'' if c.level == 'MUST' else ' (fails the audit when present and wrong)' if c.binding else ' (a recommendation)'}"
+             f" · {c.kind} · tolerance `{c.tolerance.name}`", "", text(c.statement), ""]
     if c.formula:
         lines += ["$$", c.formula.strip(), "$$", ""]
     facts = [f"- **Source:** {_source_line(c, page)}", f"- **Tolerance:** {_tolerance_line(c.tolerance)}"]
@@ -367,8 +368,13 @@ def family_page(spec, family: str, tests: dict[str, dict[str, int]], figures: li
     for r in f.related:
         out.append(f"- **Related:** [{text(doc_name(r.get('seed', '')))}]({rel(page, DOCUMENTS_PAGE)}"
                    f"#{doc_anchor(r.get('seed', ''))}) {text(plain(r.get('title', '')))}: {text(r.get('role', ''))}")
+    n_binding_should = sum(c.level != "MUST" and c.binding for c in f.clauses)
     out += [f"- **Clauses:** {len(f.clauses)} ({n_must} MUST, {len(f.clauses) - n_must} SHOULD), "
-            f"{n_err} with errata; contract: [{family} operations](../contract/{family}.md)", ""]
+            f"{n_err} with errata; contract: [{family} operations](../contract/{family}.md)",
+            f"- **Levels:** MUST: an implementation must provide the behaviour. SHOULD: it may leave the behaviour "
+            f"out (its tests are then not applicable), but a SHOULD formula or rule it provides must be right: "
+            f"{n_binding_should} of the SHOULD clauses here fail the audit when present and wrong; the SHOULD "
+            f"defaults and input checks are recommendations, listed but not failing.", ""]
     if f.checklist:
         out += ["## Grey-release checklist", ""]
         for item in f.checklist:
