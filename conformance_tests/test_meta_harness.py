@@ -391,3 +391,31 @@ def test_the_examples_do_not_depend_on_the_rootdir(tmp_path):
                        check=True, capture_output=True)
         seen.append(out.read_text())
     assert seen[0] == seen[1] and len(seen[0].splitlines()) >= 10
+
+
+def _run_repro(snippet: str, where: str) -> None:
+    """A repro compiles, names nothing undefined, and runs; the implementation may raise (that can be the
+    finding), the snippet itself may not be broken."""
+    code = compile(snippet, where, "exec")  # SyntaxError: a module repr, a bare tensor(...)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(code, {})
+    except (NameError, SyntaxError) as e:
+        raise AssertionError(f"{where}: the repro is broken: {type(e).__name__}: {e}\n{snippet}") from e
+    except Exception:  # noqa: BLE001 - the implementation raising is a legitimate repro of an error finding
+        pass
+
+
+@pytest.mark.parametrize("mutant, clause", [
+    ("conformance_tests.mutants.sac:losses_target_from_online_critic", "SAC-LOSSES-1"),
+    ("conformance_tests.mutants.ppo:advantage_eps_inside_sqrt", "PPO-ADV-1"),
+    ("conformance_tests.mutants.ccapo:macro_advantage_bessel_in_float32", "CCAPO-MACRO-1"),
+    ("conformance_tests.mutants.isreshape:unclamped_ratio", "ISR-RATIO-1"),
+])
+def test_every_repro_of_a_failing_mutant_runs(mutant, clause):
+    """Issue 24: every failure's repro, in one failing mutant per family, is Python that runs."""
+    rep = _report(mutant, [clause], profile="mutant")
+    repros = [t["repro"] for c in rep["clauses"] for t in c.get("failing_tests", []) if t.get("repro")]
+    assert repros, rep["clauses"]
+    for i, snippet in enumerate(repros):
+        _run_repro(snippet, f"{mutant} repro {i}")

@@ -149,3 +149,22 @@ def test_progress_counts_each_library_run_on_its_own(capsys):
     lines = [ln.strip() for ln in capsys.readouterr().err.splitlines()]
     assert lines == ["rlconform audit: 3 tests selected", "[3/3] test_a.py: 1 failing so far",
                      "rlconform audit: 2 tests selected", "[2/2] test_a.py: 0 failing so far"], lines
+
+
+@pytest.mark.long
+def test_every_repro_in_the_published_matrix_runs():
+    """Issue 24: the published libraries' reports carry repros a maintainer can paste: each compiles and runs
+    against the installed library (the library raising can be the finding; a broken snippet cannot)."""
+    from conformance_tests.test_meta_harness import _run_repro
+
+    reports = sorted((matrix.FINDINGS.parent).glob("*/report.json"))
+    ran = 0
+    for rj in reports:
+        lib = rj.parent.name
+        if matrix.adapter(lib).installed():
+            for c in json.loads(rj.read_text())["clauses"]:
+                for t in c.get("failing_tests", []):
+                    if t.get("repro"):
+                        _run_repro(t["repro"], f"{lib} {c['id']} {t['test']}")
+                        ran += 1
+    assert ran > 0 or not any(matrix.adapter(r.parent.name).installed() for r in reports)
