@@ -379,4 +379,9 @@ def test_td_target_rejects_gamma_outside_open_unit_interval(sac, gamma):
         done[1] = 1.0
         assert_close(sac.td_target(r, done, v, gamma=gamma), [6.0, 1.0], "SAC-INPUT-4", what="gamma = 1 accepted")
         return
+    if gamma == 0.0 and convention("gamma_zero") == "accept":  # γ = 0 legitimate: the reward alone
+        r, v, done = torch.tensor([1.0, -2.0], dtype=torch.float64), torch.tensor([5.0, 5.0], dtype=torch.float64), x.clone()
+        done[1] = 1.0
+        assert_close(sac.td_target(r, done, v, gamma=gamma), [1.0, -2.0], "SAC-INPUT-4", what="gamma = 0 accepted")
+        return
     assert_rejects("SAC-INPUT-4", sac.raw("td_target"), x, x, x, gamma=gamma)

@@ -24,6 +24,7 @@ CAPABILITIES = {
         "huber_delta": "mse",  # discrete_sac.py:165, :171 (td ** 2).mean(), no Huber, no 1/2
         "target_entropy": "scalar",  # modelfree/sac.py:179 AutoAlpha(target_entropy: float)
         "gamma_one": "accept",  # modelfree/ddpg.py:254 assert 0.0 <= gamma <= 1.0 (DiscreteSAC's base class)
+        "gamma_zero": "accept",  # the same assertion: 0 is inside Tianshou's closed interval, by design
     },
 }
 
@@ -94,8 +95,6 @@ def make() -> types.SimpleNamespace:
                 "entropy": as_tensor(entropy.mean()), "alpha": as_tensor(stats.alpha)}
 
     def td_target(reward, done, next_value, *, gamma, truncated=None):
-        if gamma == 0.0:  # legitimate in Tianshou ([0, 1], ddpg.py:254); no registered convention covers it yet
-            raise NotApplicable("gamma = 0 is accepted by design; the seed's open interval (0, 1) is not")
         rows = torch.arange(reward.shape[0])
         zeros = TableModule(torch.zeros(len(rows), 1))
         algo = algorithm(zeros, zeros, zeros, 1, gamma, 0.0)  # validates gamma as every Tianshou algorithm does
