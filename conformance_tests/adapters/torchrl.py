@@ -24,6 +24,7 @@ CAPABILITIES = {
         "mask_fill": "neg_inf",  # modules/distributions/discrete.py:240 neg_inf=-inf, :420 masked_fill; no eps-clip
         "huber_delta": "fixed_1",  # objectives/utils.py:332 distance_loss: F.smooth_l1_loss, no delta
         "target_entropy": "scalar",  # objectives/sac.py:1279-1287 one buffer, 0.98*log(A) or the number given
+        "alpha_clamp": "on_read",  # objectives/sac.py _alpha: log_alpha.clamp(min_log_alpha, max_log_alpha) when read
         "value_loss_factor": 1.0,  # objectives/ppo.py:993 critic_coeff * distance_loss("l2"): MSE without 1/2
         "advantage_std": {"ddof": 1, "eps": 1e-6, "eps_mode": "clamp"},  # llm/grpo.py:1583 std().clamp_min(1e-6)
         "min_group_size": 2,  # llm/grpo.py:1166 trajectory_return requires grpo_size >= 2
@@ -115,8 +116,39 @@ def make() -> types.SimpleNamespace:
                 reward=r.reshape(1, 1), done=torch.ones(1, 1, dtype=torch.bool), batch_size=[1]), batch_size=[1]))
         return out["advantage"].reshape(len(returns))
 
+    def alpha_loss_module(log_alpha, target_entropy):
+        """A DiscreteSACLoss whose log alpha is the caller's tensor (the same functional swap as above)."""
+        tgt = target_entropy.reshape(-1)
+        if tgt.numel() and not bool((tgt == tgt[0]).all()):
+            raise NotApplicable("TorchRL's target entropy is one number for every state (sac.py:1279-1287)")
+        with default_dtype(log_alpha.dtype):
+            loss = DiscreteSACLoss(actor(TableModule(torch.zeros(1, 2))), [Module(TableModule(torch.zeros(1, 2)),
+                                   ["observation"], ["action_value"])] * 2, action_space="categorical", num_actions=2,
+                                   target_entropy=float(tgt[0]) if tgt.numel() else 0.0)
+        params = tensordict.TensorDict.from_module(loss).clone(False)
+        params["log_alpha"] = log_alpha
+        return loss, params
+
+    def temperature_loss(log_alpha, entropy, target_entropy):
+        # DiscreteSACLoss.alpha_loss(log_prob) = -log_alpha * (log_prob + target_entropy), log_prob = -H per
+        # state (sac.py:1500-1510); forward() takes its mean
+        loss, params = alpha_loss_module(log_alpha, target_entropy)
+        with params.to_module(loss):
+            return loss.alpha_loss(-entropy).mean()
+
+    def temperature_update(log_alpha, entropy, target_entropy, *, lr):
+        # what a TorchRL user runs: an optimiser on the loss's log_alpha (SGD at lr, as SAC-TEMP-1 reads it);
+        # TorchRL bounds alpha when it is read (min_alpha/max_alpha, sac.py _alpha), not log alpha itself
+        la = log_alpha.detach().clone().requires_grad_(True)
+        opt = torch.optim.SGD([la], lr=lr)
+        opt.zero_grad()
+        temperature_loss(la, entropy, target_entropy).backward()
+        opt.step()
+        return la.detach()
+
     sac = types.SimpleNamespace(losses=sac_losses, entropy_from_logits=entropy_from_logits,
-                                policy_loss_from_logits=policy_loss_from_logits)
+                                policy_loss_from_logits=policy_loss_from_logits, temperature_loss=temperature_loss,
+                                temperature_update=temperature_update)
     ppo = types.SimpleNamespace(losses=ppo_losses, gae=gae, **dist_ops)
     ccapo = types.SimpleNamespace(macro_advantage=macro_advantage)
     return types.SimpleNamespace(name="TorchRL", version=torchrl.__version__, capabilities=CAPABILITIES,
