@@ -18,7 +18,7 @@ def _torchrl():
 
 def test_torchrl_adapter_preflight():
     check_declarations("conformance_tests.adapters.torchrl:make", {
-        "sac": ["entropy_from_logits", "policy_loss_from_logits", "losses"],
+        "sac": ["entropy_from_logits", "policy_loss_from_logits", "losses", "temperature_loss", "temperature_update"],
         "ppo": ["masked_distribution", "sample_actions", "evaluate_actions", "gae", "losses"],
         "ccapo": ["macro_advantage"]})
 
