@@ -19,7 +19,7 @@ def _tianshou():
 
 
 def test_tianshou_adapter_preflight():
-    check_declarations(IMPL, {"sac": ["td_target", "losses"], "ppo": ["gae"]})
+    check_declarations(IMPL, {"sac": ["td_target", "losses", "temperature_update"], "ppo": ["gae"]})
     caps = build(IMPL).capabilities
     assert caps["masks"] is False and caps["differentiable"] is False  # no masks, numbers only
 

@@ -25,6 +25,7 @@ CAPABILITIES = {
         "target_entropy": "scalar",  # modelfree/sac.py:179 AutoAlpha(target_entropy: float)
         "gamma_one": "accept",  # modelfree/ddpg.py:254 assert 0.0 <= gamma <= 1.0 (DiscreteSAC's base class)
         "gamma_zero": "accept",  # the same assertion: 0 is inside Tianshou's closed interval, by design
+        "alpha_clamp": "none",  # sac.py AutoAlpha: log alpha is a free Parameter, never clamped
     },
 }
 
@@ -117,7 +118,20 @@ def make() -> types.SimpleNamespace:
         return Algorithm.compute_episodic_return(buf[idx], buf, idx, v_s_=next_value.detach(), v_s=value.detach(),
                                                  gamma=gamma, gae_lambda=lam)
 
+    def temperature_update(log_alpha, entropy, target_entropy, *, lr):
+        # AutoAlpha.update(entropy): -(log_alpha * (target - entropy)).mean(), one step of its optimiser
+        # (sac.py AutoAlpha); SGD at lr is SAC-TEMP-1's rule. Its target entropy is one float for every state.
+        tgt = target_entropy.reshape(-1)
+        if tgt.numel() and not bool((tgt == tgt[0]).all()):
+            raise NotApplicable("Tianshou's target entropy is one float for every state (sac.py AutoAlpha)")
+        with default_dtype(log_alpha.dtype):  # AutoAlpha: torch.tensor(log_alpha)
+            alpha = AutoAlpha(float(tgt[0]) if tgt.numel() else 0.0, float(log_alpha),
+                              TorchOptimizerFactory(torch.optim.SGD, lr=lr))
+        alpha.update(entropy)
+        return alpha._log_alpha.detach().to(log_alpha.device)  # no accessor for the tuned log alpha
+
     return types.SimpleNamespace(name="Tianshou", version=tianshou.__version__, capabilities=CAPABILITIES,
-                                 sac=types.SimpleNamespace(losses=losses, td_target=td_target),
+                                 sac=types.SimpleNamespace(losses=losses, td_target=td_target,
+                                                           temperature_update=temperature_update),
                                  ppo=types.SimpleNamespace(gae=gae))
 
