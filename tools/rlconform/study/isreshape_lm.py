@@ -129,13 +129,13 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
     """Write ``dest/results.md``, ``curves.png``, ``summary.csv``, ``runs.tar.gz`` and ``provenance.json``
     from the study in ``out``. Every claim on the page is generated from a paired interval."""
     import csv
-    import tarfile
 
     from rlconform.provenance import stamp
     from rlconform.study import analysis as an
 
     out, dest = Path(out), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
+    facts = stamp(packages=["transformers", "matplotlib"])  # before writing: the stamp names the tree as it was
     chosen = json.loads((out / "chosen_lr.json").read_text())
     arms = list(chosen)
     runs = _runs(out, chosen)
@@ -284,19 +284,33 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
               "`summary.csv` has each run's scores."]
     (dest / "results.md").write_text("\n".join(lines) + "\n")
     _plot(runs, arms, dest / "curves.png")
-    with tarfile.open(dest / "runs.tar.gz", "w:gz") as tar:
-        for path in sorted(out.glob("pt*/lr*/*/seed*/*")):
-            if path.name in ("metrics.jsonl", "config.json"):
-                tar.add(path, arcname=str(path.relative_to(out)))
-        for name in ("chosen_lr.json", "timings.jsonl"):
-            if (out / name).exists():
-                tar.add(out / name, arcname=name)
+    _write_runs_archive(out, dest / "runs.tar.gz")
     extra = {"study_command": command, "study_dir_layout": "pt<P>/lr<L>/<arm>/seed<S>/metrics.jsonl", "device": device}
     if (out / "device.txt").exists():  # written beside a study that ran on another machine
         extra["device_name"] = (out / "device.txt").read_text().strip()
-    (dest / "provenance.json").write_text(json.dumps(stamp(packages=["transformers", "matplotlib"], extra=extra),
-                                                     indent=1) + "\n")
+    (dest / "provenance.json").write_text(json.dumps({**facts, **extra}, indent=1) + "\n")
     return f"wrote {dest / 'results.md'} ({len(rows)} runs)"
+
+
+def _write_runs_archive(out: Path, path: Path) -> None:
+    """Every run's metrics.jsonl and config.json, with the study's chosen rates and timings, as a tar.gz
+    whose bytes depend on the files only (no times, owners or modes): re-publishing the same study leaves
+    the tree clean."""
+    import gzip
+    import io
+    import tarfile
+
+    files = [p for p in sorted(out.glob("pt*/lr*/*/seed*/*")) if p.name in ("metrics.jsonl", "config.json")]
+    files += [out / n for n in ("chosen_lr.json", "timings.jsonl") if (out / n).exists()]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for f in files:
+            data = f.read_bytes()
+            info = tarfile.TarInfo(str(f.relative_to(out)))
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        gz.write(buf.getvalue())
 
 
 def _plot(runs, arms, path: Path) -> None:
