@@ -675,7 +675,6 @@ def test_declared_value_outside_the_allowed_values_is_the_implementations_error(
         assert harness.convention("value_loss_factor") == 0.5 and harness.deviations() == []
     finally:
         harness.set_capabilities(saved)
-        harness.configure(*where)
         harness.end_test()
 
 
