@@ -226,7 +226,7 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
     else:
         lines += ["## Learning rate", "", "No sweep in this study: each arm runs at the rate given with `--lr-from` "
                   "(" + ", ".join(f"`{a}` {chosen[a]:g}" for a in arms) + ").", ""]
-    lines += ["## Results", "", f"Initial model (before RL): held-out accuracy "
+    lines += ["## Results", "", "Initial model (before RL): held-out accuracy "
               + ", ".join(f"{by[(p, arms[0], seeds[0])]['heldout_init']:.3f}" for p in pts if (p, arms[0], seeds[0]) in by)
               + " for pre-train seeds " + ", ".join(map(str, pts)) + ".", "",
               "| arm | lr | runs | " + " | ".join(f"{label} (mean, 95% CI)" for _, label in metrics) + " | collapsed |",
