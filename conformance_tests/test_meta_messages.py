@@ -47,3 +47,28 @@ def test_messages_are_the_failures_and_do_not_depend_on_xdist():
     assert re.match(r"got .*, but should be .* \[CCAPO-C-1: ccapo\.criticality\(", serial["CCAPO-C-1"])
     assert serial["CCAPO-MACRO-1"].startswith(("TypeError: ", "AttributeError: ")), serial["CCAPO-MACRO-1"]
     assert "raised RuntimeError: gamma table not loaded" in serial["ISR-GAMMA-2"]
+
+
+def test_train_help_lists_the_trainers_and_exits_0(capsys):
+    from rlconform import cli
+
+    assert cli.main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in cli.TRAINERS)
+
+
+def test_gate_takes_a_run_directory(tmp_path, capsys):
+    from pathlib import Path
+
+    from rlconform import cli
+
+    assert cli.main(["gate", str(tmp_path)]) == 2
+    assert "without metrics.jsonl" in capsys.readouterr().err
+    published = Path(__file__).resolve().parents[1] / "docs" / "results" / "sac" / "gates.jsonl"
+    if not published.exists():
+        pytest.fail("the published SAC gate record is missing")
+    (tmp_path / "gates.jsonl").write_bytes(published.read_bytes())
+    by_dir = cli.main(["gate", str(tmp_path)])
+    out_dir = capsys.readouterr().out
+    assert by_dir == cli.main(["gate", str(tmp_path / "gates.jsonl")])
+    assert out_dir.splitlines()[1:] == capsys.readouterr().out.splitlines()[1:]  # the same verdicts

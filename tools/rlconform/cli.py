@@ -258,6 +258,13 @@ def _cmd_mutants(args) -> int:
 def _cmd_gate(args) -> int:
     from rlconform.gate import evaluate, read_metrics
 
+    src = Path(args.metrics)
+    if src.is_dir():  # a run directory: its metrics.jsonl (or a SAC suite's gates.jsonl)
+        found = [src / n for n in ("metrics.jsonl", "gates.jsonl") if (src / n).is_file()]
+        if not found:
+            print(f"rlconform gate: error: {src} is a directory without metrics.jsonl or gates.jsonl", file=sys.stderr)
+            return 2
+        args.metrics = str(found[0])
     family, records, warnings = read_metrics(args.metrics)
     for w in warnings:
         print(f"rlconform gate: warning: {w}", file=sys.stderr)
@@ -276,6 +283,13 @@ def _cmd_gate(args) -> int:
               "(--allow-missing to accept that)")
     print("gates: FAILED" if failing else "gates: OK" + (f" ({len(missing)} missing, allowed)" if missing else ""))
     return 1 if failing else 0
+
+
+def _train_help() -> str:
+    lines = ["usage: rlconform train NAME [TRAINER OPTIONS]  (rlconform train NAME --help: the trainer's options)", "",
+             "trainers:"]
+    lines += [f"  {name:16s} {target.partition(':')[0]}" for name, target in sorted(TRAINERS.items())]
+    return "\n".join(lines) + "\n"
 
 
 def _cmd_train(args, rest) -> int:
@@ -474,6 +488,9 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"] and (len(argv) == 1 or argv[1] in ("-h", "--help")):
+        print(_train_help(), end="")
+        return 0
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     args.argv_ = argv
