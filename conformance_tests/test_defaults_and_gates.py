@@ -61,6 +61,28 @@ def test_gate_verdicts(clause):
     assert_that(missing.verdict == "missing", clause.id, missing.verdict, "missing when the metric is absent")
 
 
+@pytest.mark.meta
+@pytest.mark.parametrize("clause", [pytest.param(c, id=c.id, marks=pytest.mark.clause(c.id)) for c in _GATES
+                                    if c.gate.get("aggregate", "last").endswith("_last_half")])
+def test_a_gate_does_not_pass_what_it_did_not_measure(clause):
+    """Issue 26 item 6: a null (how loggers write NaN) fails; a metric missing from the second half of the run,
+    or a run too short to have a second half, is missing, never passed on the first half's values."""
+    g = clause.gate
+    good, _ = _inside_and_outside(g["op"], g["threshold"])
+
+    def verdict(recs):
+        return [r for r in gates.evaluate(recs, clause.family) if r.clause.id == clause.id][0].verdict
+
+    run = [{"update": u, g["metric"]: good} for u in range(20)]
+    assert_that(verdict(run) == "pass", clause.id, verdict(run), "pass on a constant good series")
+    nulled = [dict(r) for r in run]
+    nulled[3][g["metric"]] = None
+    assert_that(verdict(nulled) == "fail", clause.id, verdict(nulled), "fail: a null value is a NaN")
+    stopped = [dict(r) if r["update"] < 10 else {"update": r["update"]} for r in run]
+    assert_that(verdict(stopped) == "missing", clause.id, verdict(stopped), "missing: not logged in the second half")
+    assert_that(verdict(run[:1]) == "missing", clause.id, verdict(run[:1]), "missing: one record has no second half")
+
+
 # ---------------------------------------------------------------------------------------------- several runs
 def _curve(values, key="critic_loss"):
     return [{"update": i + 1, key: v} for i, v in enumerate(values)]

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 from rlconform.spec import Clause, Spec, default_spec
 
 AGGREGATES = ("last", "mean", "median", "min", "max", "mean_last_half", "median_last_half", "first")
+MIN_RECORDS_LAST_HALF = 4  # a "last half" of fewer than two records is no trend at all
 
 
 @dataclasses.dataclass
@@ -74,16 +75,32 @@ def evaluate(records: Iterable[Mapping[str, Any]], family: str, spec: Spec | Non
     out = []
     for clause in gates_of(spec, family):
         g = clause.gate
-        vals = [float(r[g["metric"]]) for r in records if r.get(g["metric"]) is not None]
-        if not vals:
+        metric, how = g["metric"], g.get("aggregate", "last")
+        logged = [(i, r[metric]) for i, r in enumerate(records) if metric in r]
+        if not logged:
             out.append(GateResult(clause, None, "missing", "the run never logged this metric"))
             continue
-        bad = [i for i, v in enumerate(vals) if not math.isfinite(v)]
+        # a null is how several loggers write NaN: a non-finite value, never a gap to step over
+        bad = [i for i, v in logged if v is None or not math.isfinite(float(v))]
         if bad:
-            out.append(GateResult(clause, vals[bad[0]], "fail", f"{len(bad)} non-finite value(s), first at record "
-                                                                 f"{bad[0] + 1} of the metric"))
+            first = records[bad[0]].get("update", bad[0])
+            out.append(GateResult(clause, math.nan, "fail", f"{len(bad)} non-finite or null value(s), the first at "
+                                                            f"update {first}"))
             continue
-        fig = aggregate(vals, g.get("aggregate", "last"))
+        if how.endswith("_last_half"):  # the second half of the RUN: a metric that stopped being logged is not
+            if len(records) < MIN_RECORDS_LAST_HALF:  # measured there, and a few records are no half at all
+                out.append(GateResult(clause, None, "missing", f"a run of {len(records)} record(s) is too short for "
+                                                               f"{how} (at least {MIN_RECORDS_LAST_HALF})"))
+                continue
+            half = len(records) // 2
+            logged = [(i, v) for i, v in logged if i >= half]
+            if not logged:
+                out.append(GateResult(clause, None, "missing", "not logged in the second half of the run"))
+                continue
+            vals, how = [float(v) for _, v in logged], how.replace("_last_half", "")
+        else:
+            vals = [float(v) for _, v in logged]
+        fig = aggregate(vals, how)
         out.append(GateResult(clause, fig, "pass" if compare(fig, g["op"], g["threshold"]) else "fail"))
     return out
 
