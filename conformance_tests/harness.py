@@ -41,7 +41,7 @@ NOT_APPLICABLE = "not applicable:"
 # test's calls, clauses and deadline.
 _STATE: dict[str, Any] = {"impl": "reference_impl:make", "device": "cpu", "calls": [], "clauses": (),
                           "deadline": None, "timed_out": None, "first_failure": None, "not_applicable": 0,
-                          "severity": None, "capabilities": {},
+                          "severity": None, "last_result": None, "capabilities": {},
                           "deviations": {}}
 
 
@@ -95,7 +95,7 @@ def reset_calls() -> None:
 def begin_test(*, clauses: Iterable[str] = (), timeout: float | None = None) -> None:
     """Start a test: no recorded calls, its clauses (named in failures), and its time budget."""
     _STATE.update(calls=[], clauses=tuple(clauses), timed_out=None, first_failure=None, not_applicable=0,
-                  deviations={}, severity=None,
+                  deviations={}, severity=None, last_result=None,
                   deadline=time.monotonic() + timeout if timeout else None)
 
 
@@ -588,6 +588,7 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
     before = {n: _fingerprint(v) for n, v in zip(names, handed) if n not in state}
     try:
         out = _run_within_deadline(fn, name, handed_args, handed_kwargs)
+        _STATE["last_result"] = (name, _describe_result(out))
     except NotApplicable as e:
         _declared_not_applicable(name, e)
     except Exception as e:  # noqa: BLE001 - any exception from the implementation is an error
@@ -679,6 +680,53 @@ def _cast_floats(x: Any, src: torch.dtype, dst: torch.dtype) -> Any:
 def _float_leaves(x: Any) -> list[np.ndarray]:
     return [_to_numpy(v).astype(np.float64).ravel() for _, v in named_leaves(host(x))
             if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def _describe_result(x: Any, depth: int = 0) -> str:
+    """What an operation returned, in words: type, and for tensors shape, dtype, device and gradient."""
+    if isinstance(x, torch.Tensor):
+        grad = ", requires_grad" if x.requires_grad else ", no gradient"
+        return f"a {str(x.dtype).replace('torch.', '')} tensor of shape {tuple(x.shape)} on {x.device.type}{grad}"
+    if depth < 1 and isinstance(x, dict):
+        return "a dict {" + ", ".join(f"{k!r}: {_describe_result(v, depth + 1)}" for k, v in list(x.items())[:6]) + "}"
+    if depth < 1 and isinstance(x, (list, tuple)):
+        return f"a {type(x).__name__} of {len(x)} (" + ", ".join(_describe_result(v, depth + 1) for v in x[:6]) + ")"
+    return f"a {type(x).__name__}"
+
+
+def contract_return(name: str) -> str | None:
+    """The contract's return annotation and the first line of its documentation for ``family.op``."""
+    from conformance_tests import contract
+
+    fam, _, op = name.partition(".")
+    try:
+        member = getattr(contract.protocol(fam), op)
+    except (AttributeError, ModuleNotFoundError):
+        return None
+    ret = inspect.signature(member).return_annotation
+    doc = (inspect.getdoc(member) or "").split("\n")[0]
+    ret = ret if isinstance(ret, str) else getattr(ret, "__name__", str(ret))
+    return f"returns {ret}" + (f": {doc}" if doc else "")
+
+
+def suite_side_error(exc: BaseException) -> str | None:
+    """When a test raised outside the implementation (the suite could not check a result: a wrong type,
+    a result with no gradient, another device), a message that names the result and the contract, instead
+    of a traceback of the suite's comparison code that reads as the user's bug. None if no call was made."""
+    last = _STATE.get("last_result")
+    if not last or not _STATE["calls"] or last[0] != _STATE["calls"][-1][0]:
+        return None
+    name, what = last
+    hint = ""
+    text = str(exc)
+    if "does not require grad" in text or "does not have a grad_fn" in text:
+        hint = " It carries no gradient: the loss was detached or computed under no_grad, and the clause differentiates it."
+    elif "meta" in text or "device" in text.lower():
+        hint = " It is not on the device its inputs were on."
+    contract_text = contract_return(name)
+    return (f"{name} returned {what}; the suite could not check it ({type(exc).__name__}: {text.splitlines()[0] if text else ''})."
+            + hint + (f" The contract: {name} {contract_text}." if contract_text else "")
+            + f" [{_clause_tag()}: {describe_call(_STATE['calls'][-1])}]")
 
 
 def evidence_in_train_dtype() -> dict | None:

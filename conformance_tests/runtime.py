@@ -377,6 +377,9 @@ class RlconformRun:
             # the message is the failure itself, taken from the exception where it was raised: never a
             # scrape of the report's text (under xdist that begins with the worker's header)
             extra["message"] = failure_message(call.excinfo.value)
+            if extra.get("status") is None and not call.excinfo.errisinstance((AssertionError, pytest.fail.Exception)):
+                # the suite's own code raised on a result: name the result and the contract, not the traceback
+                extra["message"] = harness.suite_side_error(call.excinfo.value) or extra["message"]
             if extra.get("status") != "not_applicable":
                 extra["severity"] = ("critical" if extra.get("status") in ("error", "timeout")
                                      else harness.failure_severity() or "major")

@@ -929,3 +929,33 @@ def test_the_failing_call_is_made_again_in_the_training_dtype():
         harness.set_capabilities(saved)
         harness.configure(*where)
         harness.end_test()
+
+
+def evaluate_actions_returns_a_dict():
+    impl = reference_impl.make()
+    base = impl.ppo.evaluate_actions
+
+    def evaluate_actions(*args, **kwargs):
+        log_prob, entropy = base(*args, **kwargs)
+        return {"log_prob": log_prob, "entropy": entropy}
+
+    return override(impl, "ppo", evaluate_actions=evaluate_actions)
+
+
+def detached_policy_loss():
+    impl = reference_impl.make()
+    base = impl.ppo.clipped_policy_loss
+    return override(impl, "ppo", clipped_policy_loss=lambda r, a, *, clip_eps: base(r, a, clip_eps=clip_eps).detach())
+
+
+@pytest.mark.parametrize("factory, clause, needles", [
+    ("evaluate_actions_returns_a_dict", "PPO-LOGP-1", ["ppo.evaluate_actions returned a dict", "returns tuple[Tensor, Tensor]"]),
+    ("detached_policy_loss", "PPO-LOSS-1", ["returned a float64 tensor of shape () on cpu, no gradient",
+                                            "It carries no gradient"]),
+])
+def test_a_result_the_suite_cannot_check_is_named_with_the_contract(factory, clause, needles):
+    """Issue 26 item 7: a wrong return type or a loss without gradient is named as such, with the contract,
+    not shown as a traceback of the suite's comparison code."""
+    report = clause_report(run_suite(f"{HERE}:{factory}", clauses=[clause]))
+    (c,) = report["clauses"]
+    assert c["status"] == "fail" and all(n in c["message"] for n in needles), c["message"]
