@@ -772,6 +772,8 @@ def test_a_should_behaviour_that_is_there_and_wrong_fails_the_audit():
     assert report["summary"]["exit_code"] == 1 and "present but wrong: PPO-ADV-1" in report["summary"]["verdict"]
     text = render_checklist(report)
     assert "## Findings that fail the audit" in text and "## Recommendations not followed" not in text
+    # issue 26 item 8: every finding says what its clause requires, in one sentence, and where to read more
+    assert "The clause requires: " in text and "`rlconform spec show PPO-ADV-1`" in text
 
 
 def test_a_should_check_left_out_is_a_recommendation_not_followed():

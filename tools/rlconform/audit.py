@@ -656,7 +656,7 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
             failing = _failing_tests(tests)
             if failing:
                 first = failing[0]
-                entry.update(severity=_worst_severity(failing))
+                entry.update(severity=_worst_severity(failing), requires=_first_sentence(c.statement))
                 entry.update(failing_test=first["test"], message=first["message"],
                              falsifying_example=first.get("falsifying_example"),
                              reproduce_failure=first.get("reproduce_failure"), failing_tests=failing)
@@ -764,8 +764,9 @@ def _finding_line(c: dict) -> str:
     more = len(c.get("failing_tests", [])) - 1
     tail = f" (+{more} more failing test{'s' if more > 1 else ''})" if more > 0 else ""
     sev = f"[{c['severity']}] " if c.get("severity") else ""
+    need = f" The clause requires: {c['requires']} (`rlconform spec show {c['id']}`)." if c.get("requires") else ""
     return (f"- {sev}**{c['id']}** ({c['level']}) {c['title']}: {_ICON[c['status']]}. {msg[0] if msg else ''}{tail}"
-            + _train_dtype_note(c))
+            + need + _train_dtype_note(c))
 
 
 def _train_dtype_note(c: dict) -> str:
@@ -780,6 +781,13 @@ def _train_dtype_note(c: dict) -> str:
         return (f" In {ev['dtype']}, the dtype the library trains in, the same call agrees with float64 to "
                 f"{ev['max_difference']:.2g}: the residue exists in float64 only.")
     return ""  # the same in the training dtype: nothing to add
+
+
+def _first_sentence(text: str) -> str:
+    """The clause's statement up to its first full stop: what it requires, in one sentence."""
+    flat = " ".join(text.split())
+    m = re.search(r"(?<=[.!?])\s+(?=[A-Z(])", flat)
+    return flat[:m.start()] if m else flat
 
 
 def _binding(c: dict) -> bool:
