@@ -331,7 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("audit", help="run the suite and write report.json + checklist.md", epilog=EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("--impl", default=None, help="module:factory (default: the bundled reference)")
-    a.add_argument("--profile", default="ci", choices=("ci", "release"))
+    a.add_argument("--profile", default="ci", choices=("ci", "release"),
+                   help="hypothesis profile: ci (25 derandomised examples per property, the same every run; default) "
+                        "or release (300 examples from a recorded seed)")
     a.add_argument("--seed", type=int, default=None, help="hypothesis seed for the release profile (default: drawn, "
                                                           "and recorded in the report)")
     a.add_argument("--device", default="cpu", help="where the inputs are built: cpu (default), cuda, cuda:N, or sim "
