@@ -704,7 +704,9 @@ def contract_return(name: str) -> str | None:
     except (AttributeError, ModuleNotFoundError):
         return None
     ret = inspect.signature(member).return_annotation
-    doc = (inspect.getdoc(member) or "").split("\n")[0]
+    flat = " ".join((inspect.getdoc(member) or "").split())
+    m = re.search(r"[.;](\s|$)", flat)  # the first sentence, however the docstring wraps it
+    doc = flat[:m.start()] if m else flat
     ret = ret if isinstance(ret, str) else getattr(ret, "__name__", str(ret))
     return f"returns {ret}" + (f": {doc}" if doc else "")
 
