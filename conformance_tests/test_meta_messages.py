@@ -74,3 +74,11 @@ def test_gate_takes_a_run_directory(tmp_path, capsys):
     out_dir = capsys.readouterr().out
     assert by_dir == cli.main(["gate", str(tmp_path / "gates.jsonl")])
     assert out_dir.splitlines()[1:] == capsys.readouterr().out.splitlines()[1:]  # the same verdicts
+
+
+def test_spec_show_names_the_document_not_its_archive_file(capsys):
+    from rlconform import cli
+
+    assert cli.main(["spec", "show", "SAC-TD-1"]) == 0
+    source = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("source")][0]
+    assert ".txt" not in source and "SAC V2 v1.0.0" in source, source

@@ -199,12 +199,17 @@ def _cmd_spec_list(args) -> int:
 
 
 def _cmd_spec_show(args) -> int:
-    c = default_spec().clause(args.id)
+    spec = default_spec()
+    c = spec.clause(args.id)
     for k in ("id", "title", "family", "kind", "level", "statement", "formula", "tolerance", "errata", "notes"):
         v = getattr(c, k)
         if v:
             print(f"{k:10s} {v.name if k == 'tolerance' else v}")
-    print(f"{'source':10s} {c.source['seed']} § {c.source['section']}")
+    # the document by its title and version, never by its archive file name
+    docs = {f.document.get("seed"): f.document for f in spec.families.values()}
+    doc = docs.get(c.source["seed"])
+    name = f"{doc['title']} ({doc['version']})" if doc else c.source["seed"]
+    print(f"{'source':10s} {name} § {c.source['section']}")
     return 0
 
 
