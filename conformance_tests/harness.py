@@ -99,11 +99,9 @@ def begin_test(*, clauses: Iterable[str] = (), timeout: float | None = None) -> 
                   deadline=time.monotonic() + timeout if timeout else None)
 
 
-# How much a failure hurts a user, worst first (the checklist orders findings by it):
-# - critical: training breaks: NaN/inf where the answer is finite, or the implementation raised;
-# - major: a wrong result, a wrong decision, a missing guard;
-# - minor: a numerical residue, within RESIDUE of the answer's scale, past a tight tolerance.
-SEVERITIES = ("critical", "major", "minor")
+# Severity (rlconform.spec.SEVERITIES): critical when training breaks (NaN/inf where the answer is finite,
+# or the implementation raised), major for a wrong result or decision, minor for a numerical residue within
+# RESIDUE of the answer's scale that a tight tolerance still rejects.
 RESIDUE = 1e-6
 
 
@@ -121,11 +119,13 @@ def failure_severity() -> str | None:
     return _STATE["severity"]
 
 
-def _severity_of(got: np.ndarray, expected: np.ndarray, err: float) -> str:
+def _severity_of(got: np.ndarray, expected: np.ndarray, err: float, residue: float = RESIDUE) -> str:
+    """critical (non-finite where ``expected`` is finite), minor (``err`` within ``residue`` of the scale of
+    ``expected``, at least 1) or major."""
     if (~np.isfinite(got) & np.isfinite(expected)).any():
         return "critical"
     scale = float(np.max(np.abs(expected[np.isfinite(expected)]), initial=0.0))
-    return "minor" if math.isfinite(err) and err <= RESIDUE * max(scale, 1.0) else "major"
+    return "minor" if math.isfinite(err) and err <= residue * max(scale, 1.0) else "major"
 
 
 def first_failure() -> tuple[str, str] | None:
@@ -316,16 +316,20 @@ def device_leaf(t: torch.Tensor) -> torch.Tensor:
     return on_device(t.detach()).detach().requires_grad_(True)
 
 
+def map_leaves(fn: Callable[[Any], Any], x: Any) -> Any:
+    """``x`` with ``fn`` applied to every leaf of its nested lists, tuples and dicts (the containers rebuilt):
+    the one walker behind the harness's copies, moves and casts (:func:`named_leaves` reads leaves)."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(map_leaves(fn, v) for v in x)
+    if isinstance(x, dict):
+        return {k: map_leaves(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
 def host(x: Any) -> Any:
     """A result on the host: every tensor detached and on the CPU (lists, tuples, dicts walked), for numpy,
     ``float`` or a message. The only way the suite reads a device result."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    if isinstance(x, (list, tuple)):
-        return type(x)(host(v) for v in x)
-    if isinstance(x, dict):
-        return {k: host(v) for k, v in x.items()}
-    return x
+    return map_leaves(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, x)
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -432,16 +436,16 @@ def describe_call(call: tuple[str, tuple, dict]) -> str:
     return f"{name}({', '.join(parts)})"
 
 
+def _snapshot_leaf(x: Any) -> Any:
+    if not isinstance(x, torch.Tensor):
+        return x
+    c = x.detach().clone()
+    return c.requires_grad_() if x.requires_grad and x.is_leaf and c.is_floating_point() else c
+
+
 def _snapshot(x: Any) -> Any:
     """A detached copy of every tensor in ``x`` (lists, tuples and dicts walked), for repros and checks."""
-    if isinstance(x, torch.Tensor):
-        c = x.detach().clone()
-        return c.requires_grad_() if x.requires_grad and x.is_leaf and c.is_floating_point() else c
-    if isinstance(x, (list, tuple)):
-        return type(x)(_snapshot(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _snapshot(v) for k, v in x.items()}
-    return x
+    return map_leaves(_snapshot_leaf, x)
 
 
 def _hand(x: Any) -> Any:
@@ -450,15 +454,8 @@ def _hand(x: Any) -> Any:
     Parameters are state the operation may legitimately update (their ``.grad``), so they pass as
     they are; their values are still checked against the snapshot afterwards.
     """
-    if isinstance(x, torch.nn.Parameter):
-        return x
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, (list, tuple)):
-        return type(x)(_hand(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _hand(v) for k, v in x.items()}
-    return x
+    return map_leaves(lambda v: v.clone() if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter)
+                      else v, x)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -666,15 +663,11 @@ def _changed(now: Any, was: Any, path: str) -> str | None:
 
 def _cast_floats(x: Any, src: torch.dtype, dst: torch.dtype) -> Any:
     """``x`` with every ``src`` tensor (and module) as ``dst``; containers walked, modules copied."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().to(dst).requires_grad_(x.requires_grad) if x.dtype == src else x
-    if isinstance(x, torch.nn.Module):
-        return copy.deepcopy(x).to(dst)
-    if isinstance(x, (list, tuple)) and type(x) in (list, tuple):
-        return type(x)(_cast_floats(v, src, dst) for v in x)
-    if isinstance(x, dict):
-        return {k: _cast_floats(v, src, dst) for k, v in x.items()}
-    return x
+    def leaf(v):
+        if isinstance(v, torch.Tensor):
+            return v.detach().to(dst).requires_grad_(v.requires_grad) if v.dtype == src else v
+        return copy.deepcopy(v).to(dst) if isinstance(v, torch.nn.Module) else v
+    return map_leaves(leaf, x)
 
 
 def _float_leaves(x: Any) -> list[np.ndarray]:
@@ -758,13 +751,10 @@ def evidence_in_train_dtype() -> dict | None:
     w, n = np.concatenate(w), np.concatenate(n)
     fin = np.isfinite(w) & np.isfinite(n)
     diff = float(np.max(np.abs(w[fin] - n[fin]), initial=0.0))
-    scale = float(np.max(np.abs(w[fin]), initial=0.0))
-    if (~np.isfinite(n) & np.isfinite(w)).any():
-        severity = "critical"
-    elif diff > 1e-3 * max(scale, 1.0):
-        severity = "major"  # the defect is far larger in the dtype the library trains in
-    else:
-        severity = None  # float32 agrees with float64 to its precision: the float64 finding stands as it was
+    # against the float64 result: agreeing to 1e-3 of the scale is that dtype's rounding, the float64 finding
+    # stands as it was (None); more is a defect far larger in the dtype the library trains in
+    severity = _severity_of(n, w, diff, residue=1e-3)
+    severity = None if severity == "minor" else severity
     return {"dtype": str(dst).replace("torch.", ""), "float64": _fmt(host(wide)), "train": _fmt(host(narrow)),
             "max_difference": diff, "severity": severity}
 
@@ -789,13 +779,9 @@ def repro_snippet(calls: Iterable[tuple[str, tuple, dict]] | None = None, limit:
 def _to_device(x: Any) -> Any:
     """Tensor arguments on the session's --device (autograd still reaches the CPU leaves). Modules are the
     test's to build on the device (:func:`on_device`): moving them here would hide a network built on the host."""
-    if _STATE["device"] == "cpu" or isinstance(x, torch.nn.Module):
+    if _STATE["device"] == "cpu":
         return x
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to_device(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _to_device(v) for k, v in x.items()}
-    return on_device(x)
+    return map_leaves(lambda v: v if isinstance(v, torch.nn.Module) else on_device(v), x)
 
 
 class FamilyProxy:

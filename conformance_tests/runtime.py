@@ -31,7 +31,7 @@ except ImportError:  # Python 3.10: Hypothesis' backport
 from conformance_tests.plugin import option
 from rlconform.audit import KIND_RANK
 from rlconform.expectations import load_expectations
-from rlconform.spec import SpecError, default_spec
+from rlconform.spec import SpecError, default_spec, worst_severity
 from rlconform.yamlfile import YamlFileError
 
 DEFAULT_TIMEOUT = 120.0
@@ -385,8 +385,7 @@ class RlconformRun:
                                      else harness.failure_severity() or "major")
                 if extra.get("status") is None and (ev := harness.evidence_in_train_dtype()):
                     extra["train_dtype_evidence"] = ev  # the same call in the dtype the library trains in
-                    if ev.get("severity") and harness.SEVERITIES.index(ev["severity"]) < harness.SEVERITIES.index(extra["severity"]):
-                        extra["severity"] = ev["severity"]
+                    extra["severity"] = worst_severity(extra["severity"], ev.get("severity"))
             examples = getattr(item, "_hypothesis_failing_examples", None)  # set by hypothesis on failure
             if examples:
                 extra["falsifying_example"] = "\n".join(examples)

@@ -56,3 +56,26 @@ def test_the_grid_skips_finished_runs_and_records_failures(tmp_path):
     assert [r["key"] for r in recs] == [["bad"]] and recs[0]["rc"] != 0  # an unknown trainer fails, loudly
     assert lines[0].startswith("1 of 2 runs already done") and "FAILED" in lines[-1]
     assert json.loads((tmp_path / "timings.jsonl").read_text())["key"] == ["bad"]
+
+
+def test_a_bad_lr_file_stops_the_study_before_any_run(tmp_path, capsys):
+    from rlconform import cli
+
+    (tmp_path / "lr.json").write_text(json.dumps({"v4": 1e-4}))
+    argv = ["study", "isreshape-lm", "--out", str(tmp_path / "s"), "--arms", "v4,ppo", "--lr-from"]
+    assert cli.main([*argv, str(tmp_path / "lr.json")]) == 2
+    assert "no positive learning rate for arm 'ppo'" in capsys.readouterr().err
+    assert cli.main([*argv, str(tmp_path / "missing.json")]) == 2
+    assert not (tmp_path / "s").exists()  # nothing started
+
+
+def test_the_sweep_keeps_the_rate_with_the_best_windowed_held_out_score(tmp_path):
+    from rlconform.study import isreshape_lm as study
+
+    for lr, acc in ((1e-4, 0.30), (3e-4, 0.50), (1e-3, 0.50)):  # a tie: the smaller rate
+        for s in (0, 1):
+            run = study.root(tmp_path, 100, lr) / "v4" / f"seed{s}"
+            run.mkdir(parents=True)
+            (run / "metrics.jsonl").write_text("".join(json.dumps({"update": u, "heldout_acc": acc if u > 5 else 0.0})
+                                                       + "\n" for u in range(10)))
+    assert study.choose_lr(tmp_path, ["v4"], (1e-4, 3e-4, 1e-3), 100, (0, 1)) == {"v4": 3e-4}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rlconform.expectations import load_expectations
-from rlconform.spec import Spec, default_spec
+from rlconform.spec import SEVERITIES, SEVERITY_MEANING, Spec, default_spec, worst_severity
 
 # Exit codes of `rlconform audit` (documented in the README).
 EXIT_OK, EXIT_MUST_FAILED, EXIT_USAGE, EXIT_IMPL, EXIT_SUITE = 0, 1, 2, 3, 4
@@ -286,7 +286,7 @@ class _Run:
         elif kind == "preflight":
             self.preflight_error = ev["error"]
 
-    def hang(self, nodeid: str, message: str, outcome: str = "timeout") -> None:
+    def give_up(self, nodeid: str, message: str, outcome: str = "timeout") -> None:
         """Mark a test the watchdog had to kill *timeout* (or one that killed its process, *error*), and with it
         every test not yet run whose clauses are all among its clauses (their verdict is already that): a
         hang or a crash then costs one restart per clause, not one per test."""
@@ -415,7 +415,7 @@ def run_suite(
                 if reason == "hang":
                     nodeid = next(iter(state.in_flight))
                     hung.append(nodeid)
-                    state.hang(nodeid, f"{nodeid} did not finish within {per_test:g} s (+{grace:g} s grace); "
+                    state.give_up(nodeid, f"{nodeid} did not finish within {per_test:g} s (+{grace:g} s grace); "
                                        "the process was stopped")
                     skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
                     continue
@@ -424,7 +424,7 @@ def run_suite(
                     # is a crash, the child is replaced, and the other clauses still run
                     nodeid = next(iter(state.in_flight))
                     crashed.append(nodeid)
-                    state.hang(nodeid, _crash_message(nodeid, proc.returncode, tmp), outcome="error")
+                    state.give_up(nodeid, _crash_message(nodeid, proc.returncode, tmp), outcome="error")
                     skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
                     continue
                 break
@@ -574,14 +574,6 @@ def _clause_deviations(tests: list[tuple[str, dict]]) -> list[dict]:
     return [out[k] for k in sorted(out)]
 
 
-SEVERITIES = ("critical", "major", "minor")  # harness.SEVERITIES: how much a failure hurts, worst first
-
-
-def _worst_severity(failing: list[dict]) -> str:
-    """A clause's severity: the worst of its failing tests' (an expected failure counts as what it is)."""
-    return min((f["severity"] for f in failing), key=SEVERITIES.index, default="major")
-
-
 def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
     """Every failing test of a clause, worst status first, then golden before example before property."""
     bad = [(n, t) for n, t in tests if t.get("outcome") in _STATUS_RANK]
@@ -656,7 +648,8 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
             failing = _failing_tests(tests)
             if failing:
                 first = failing[0]
-                entry.update(severity=_worst_severity(failing), requires=_first_sentence(c.statement))
+                entry.update(severity=worst_severity(*(f["severity"] for f in failing)),
+                             requires=_first_sentence(c.statement))
                 entry.update(failing_test=first["test"], message=first["message"],
                              falsifying_example=first.get("falsifying_example"),
                              reproduce_failure=first.get("reproduce_failure"), failing_tests=failing)
@@ -798,8 +791,7 @@ def _binding(c: dict) -> bool:
 # out, never whether a behaviour that is there may be wrong.
 _FINDING_GROUPS = (
     ("Findings that fail the audit", "A MUST clause failed, or a SHOULD behaviour the implementation provides "
-     "computes its documented formula or rule wrongly. Worst first: critical (NaN/inf, a crash or a hang), "
-     "major (a wrong result or decision), minor (a numerical residue past a tight tolerance).", True),
+     f"computes its documented formula or rule wrongly. Worst first: {SEVERITY_MEANING}.", True),
     ("Recommendations not followed", "SHOULD defaults and input checks the implementation does differently or "
      "leaves out; they do not fail the audit.", False),
 )

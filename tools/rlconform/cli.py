@@ -34,13 +34,22 @@ def _cmd_study(args) -> int:
           ([f"--variant {args.variant}: choose from {', '.join(mod.VARIANTS)}"] if args.variant not in mod.VARIANTS else [])
     arms = tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else mod.ARMS
     bad += [f"--arms: unknown arm {a!r} (choose from {', '.join(mod.ARMS)})" for a in arms if a not in mod.ARMS]
+    chosen = None
+    if args.lr_from:
+        try:
+            chosen = json.loads(Path(args.lr_from).read_text())
+        except (OSError, ValueError) as e:
+            bad.append(f"--lr-from {args.lr_from}: {e}")
+        else:
+            bad += [f"--lr-from {args.lr_from}: no positive learning rate for arm {a!r}" for a in arms
+                    if not isinstance(chosen, dict) or not isinstance(chosen.get(a), (int, float)) or chosen[a] <= 0]
     if bad:
         print("\n".join(f"rlconform study: error: {b}" for b in bad), file=sys.stderr)
         return 2
     grid = {"arms": arms, "device": args.device, "variant": args.variant,
             **({"seeds": tuple(range(args.seeds))} if args.seeds else {}),
             **({"pretrains": tuple(range(args.pretrain_seeds))} if args.pretrain_seeds else {}),
-            **({"chosen": json.loads(Path(args.lr_from).read_text())} if args.lr_from else {})}
+            **({"chosen": chosen} if chosen is not None else {})}
     if not args.no_run:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         argv = [a for a in args.argv_ if a != "--no-run"]

@@ -19,7 +19,7 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import Callable, Iterable
 
-from rlconform.spec import Spec, default_spec
+from rlconform.spec import SEVERITIES, SEVERITY_MEANING, Spec, default_spec
 
 # The cell values, worst first (the order of the Markdown legend).
 CELLS = ("fail", "deviation", "pass", "not_applicable", "not_run")
@@ -213,9 +213,8 @@ def render_markdown(matrix: dict) -> str:
         name = lib if info.get("skipped") or info.get("error") else f"[{lib}]({lib}/checklist.md)"
         lines.append(f"| {name} | {versions} | {fams} | {info.get('verdict') or info.get('skipped') or ''} "
                      f"| {len(info['findings'])} | {len(info['deviations'])} |")
-    lines += ["", "## Findings", "", "Worst first: critical (NaN/inf, a crash or a hang), major (a wrong result or "
-              "decision), minor (a numerical residue past a tight tolerance).", ""]
-    rank = {s: i for i, s in enumerate(("critical", "major", "minor"))}
+    lines += ["", "## Findings", "", f"Worst first: {SEVERITY_MEANING}.", ""]
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
     rows = sorted(((rank.get((info.get("severity") or {}).get(cid), 1), lib, cid) for lib, info in libs.items()
                    for cid in info["findings"]))
     any_finding = bool(rows)

@@ -25,6 +25,17 @@ KINDS = ("formula", "rule", "default", "gate", "input")
 # Only the advisory kinds stay advisory when they fail: a recommended default, or an input check, where
 # "fails" means the recommendation was not followed (another default, no rejection), not a wrong result.
 BINDING_KINDS = ("formula", "rule")
+# How much a failure hurts a user, worst first: the harness classifies each failing test, the audit and the
+# matrix order findings by it.
+SEVERITIES = ("critical", "major", "minor")
+SEVERITY_MEANING = ("critical (NaN/inf where the answer is finite, a crash or a hang), major (a wrong result or "
+                    "decision), minor (a numerical residue past a tight tolerance)")
+
+
+def worst_severity(*severities: str | None) -> str | None:
+    """The worst of the given severities (None ignored; None when all are)."""
+    known = [s for s in severities if s]
+    return min(known, key=SEVERITIES.index) if known else None
 GATE_OPS = ("<", "<=", ">", ">=", "==", "in")
 SEEDS = {
     "000_7634b58bbee437f3.txt",

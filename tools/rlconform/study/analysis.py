@@ -64,21 +64,6 @@ def peak(records: list[dict], key: str) -> tuple[float, int]:
     return v, u
 
 
-def choose_lr(out: Path, arms, lrs, pretrain: int, seeds, key: str = "heldout_acc") -> dict[str, float]:
-    """Per arm, the learning rate with the best mean windowed ``key`` over the sweep's runs (ties: the smaller rate)."""
-    from rlconform.study.isreshape_lm import root
-
-    chosen = {}
-    for arm in arms:
-        scores = {}
-        for lr in lrs:
-            vals = [windowed(read_metrics(root(out, pretrain, lr) / arm / f"seed{s}"), key) for s in seeds]
-            vals = [v for v in vals if not math.isnan(v)]
-            scores[lr] = sum(vals) / len(vals) if vals else -math.inf
-        chosen[arm] = max(sorted(lrs), key=lambda lr: scores[lr])
-    return chosen
-
-
 def paired_bootstrap(diffs: dict[int, dict[int, float]], *, reps: int = BOOTSTRAP, seed: int = 0,
                      level: float = 0.95) -> tuple[float, float, float]:
     """Mean paired difference and its percentile interval.

@@ -13,6 +13,7 @@ Layout: ``DIR/pt<P>/lr<L>/<arm>/seed<S>/metrics.jsonl`` with each root's initial
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from rlconform.study.grid import Job, run_grid
@@ -47,6 +48,21 @@ def job(out: Path, arm: str, pretrain: int, lr: float, seed: int, updates: int =
                run_dir=r / arm / f"seed{seed}", updates=updates)
 
 
+def choose_lr(out: Path, arms, lrs, pretrain: int, seeds, key: str = "heldout_acc") -> dict[str, float]:
+    """Per arm, the learning rate with the best mean windowed ``key`` over the sweep's runs (ties: the smaller rate)."""
+    from rlconform.study.analysis import read_metrics, windowed
+
+    chosen = {}
+    for arm in arms:
+        scores = {}
+        for lr in lrs:
+            vals = [windowed(read_metrics(root(out, pretrain, lr) / arm / f"seed{s}"), key) for s in seeds]
+            vals = [v for v in vals if not math.isnan(v)]
+            scores[lr] = sum(vals) / len(vals) if vals else -math.inf
+        chosen[arm] = max(sorted(lrs), key=lambda lr: scores[lr])
+    return chosen
+
+
 def prepare_inits(out: Path, pairs, variant: str = "tiny") -> None:
     """Pre-train each initial model once, before parallel runs could race to build it; every learning-rate
     root of one pre-train seed gets a copy of the same files, so arms at different rates start identical."""
@@ -68,8 +84,6 @@ def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu"
         echo=print) -> dict[str, float]:
     """The sweep (unless ``chosen`` gives each arm's rate), then the main grid; returns the rates used
     (also written to ``DIR/chosen_lr.json``)."""
-    from rlconform.study import analysis
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     kw = {"device": device, "variant": variant}
@@ -79,7 +93,7 @@ def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu"
              f"{SWEEP_PRETRAIN}")
         run_grid([job(out, a, SWEEP_PRETRAIN, lr, s, updates, **kw) for lr in LRS for s in SWEEP_SEEDS for a in arms],
                  out, parallel=parallel, echo=echo)
-        chosen = analysis.choose_lr(out, arms, LRS, SWEEP_PRETRAIN, SWEEP_SEEDS)
+        chosen = choose_lr(out, arms, LRS, SWEEP_PRETRAIN, SWEEP_SEEDS)
     chosen = {a: chosen[a] for a in arms}
     (out / "chosen_lr.json").write_text(json.dumps(chosen, indent=1) + "\n")
     echo("learning rates: " + ", ".join(f"{a} {lr:g}" for a, lr in chosen.items()))
