@@ -961,3 +961,23 @@ def test_a_result_the_suite_cannot_check_is_named_with_the_contract(factory, cla
     report = clause_report(run_suite(f"{HERE}:{factory}", clauses=[clause]))
     (c,) = report["clauses"]
     assert c["status"] == "fail" and all(n in c["message"] for n in needles), c["message"]
+
+
+def crashing_everywhere():
+    def die(*args, **kwargs):
+        os._exit(7)
+
+    return override(reference_impl.make(), "ppo", gae=die, approx_kl=die, value_loss=die)
+
+
+def test_past_the_crash_limit_the_audit_reports_what_ran_and_gives_no_verdict(monkeypatch):
+    """An implementation that keeps killing the test process is not restarted forever: past MAX_CRASHES the
+    crashes are findings, the rest is NOT RUN, and the exit is 4 (never 0, never a lost report)."""
+    from rlconform import audit
+
+    monkeypatch.setattr(audit, "MAX_CRASHES", 2)
+    report = clause_report(run_suite(f"{HERE}:crashing_everywhere",
+                                     clauses=["PPO-GAE-1", "PPO-KL-1", "PPO-LOSS-2", "PPO-RATIO-1"]))
+    assert report["run_info"]["crash_limited"] and report["summary"]["exit_code"] == 4
+    assert "killed the test process 2 times" in report["summary"]["verdict"]
+    assert sum(c["status"] == "error" for c in report["clauses"]) == 2 and report["summary"]["tests_not_run"] > 0

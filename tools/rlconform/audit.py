@@ -377,7 +377,7 @@ def run_suite(
     state, started = _Run(), time.time()
     hung: list[str] = []
     crashed: list[str] = []
-    interrupted = budget_exhausted = False
+    interrupted = budget_exhausted = crash_limited = False
     with tempfile.TemporaryDirectory(prefix="rlconform-audit-") as tmpdir:
         tmp = Path(tmpdir)
         (tmp / "pytest.ini").write_text(_INI, encoding="utf-8")
@@ -419,12 +419,15 @@ def run_suite(
                                        "the process was stopped")
                     skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
                     continue
-                if state.finished is None and state.in_flight and len(crashed) < MAX_CRASHES:
+                if state.finished is None and state.in_flight:
                     # the process died inside a test (a segfault, os._exit in the code under test): that test
                     # is a crash, the child is replaced, and the other clauses still run
                     nodeid = next(iter(state.in_flight))
                     crashed.append(nodeid)
                     state.give_up(nodeid, _crash_message(nodeid, proc.returncode, tmp), outcome="error")
+                    if len(crashed) >= MAX_CRASHES:  # the rest is reported not run: no verdict, exit 4
+                        crash_limited = True
+                        break
                     skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
                     continue
                 break
@@ -433,7 +436,7 @@ def run_suite(
         finally:
             log_file.close()
     fin = state.finished or {}
-    if state.preflight_error is None and not fin and not (interrupted or budget_exhausted):
+    if state.preflight_error is None and not fin and not (interrupted or budget_exhausted or crash_limited):
         raise SuiteError(f"the test process ended without finishing (exit {proc.returncode}):\n{log_text[-3000:]}")
     if fin.get("exitstatus") in (3, 4) and not state.preflight_error:
         raise SuiteError(f"pytest could not run the suite (exit {fin['exitstatus']}):\n{log_text[-3000:]}")
@@ -447,7 +450,8 @@ def run_suite(
         "expectations": load_expectations(expectations, default_spec().clauses),
         "unmatched_expectations": state.info.get("unmatched_expectations", []),
         "interrupted": interrupted or bool(fin.get("interrupted")) and not hung,
-        "budget_exhausted": budget_exhausted, "hung": hung, "crashed": crashed, "pytest_exit": fin.get("exitstatus"),
+        "budget_exhausted": budget_exhausted, "hung": hung, "crashed": crashed, "crash_limited": crash_limited,
+        "pytest_exit": fin.get("exitstatus"),
         "started": started, "finished": time.time(), "log_tail": log_text[-3000:],
     }
 
@@ -676,6 +680,7 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
         "pytest_exit": payload.get("pytest_exit"),
         "interrupted": bool(payload.get("interrupted")),
         "budget_exhausted": bool(payload.get("budget_exhausted")),
+        "crash_limited": bool(payload.get("crash_limited")),
         "hung_tests": payload.get("hung", []),
     }
     counts = {s: sum(1 for c in clauses if c["status"] == s) for s in STATUSES}
@@ -705,6 +710,9 @@ def exit_code(report: dict) -> tuple[int, str]:
     info, s = report["run_info"], report["summary"]
     if info.get("interrupted"):
         return EXIT_SUITE, f"interrupted: {s['tests_not_run']} test(s) never ran, so no verdict"
+    if info.get("crash_limited"):
+        return EXIT_SUITE, (f"the implementation killed the test process {MAX_CRASHES} times; {s['tests_not_run']} "
+                            f"test(s) never ran, so no verdict (the crashes are findings below)")
     if info.get("budget_exhausted"):
         return EXIT_SUITE, f"time budget exhausted: {s['tests_not_run']} test(s) never ran, so no verdict"
     if s["tests_executed"] == 0:
