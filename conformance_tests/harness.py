@@ -30,10 +30,11 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pytest
 import torch
-
-from conformance_tests import simdevice
-from conformance_tests.errors import NotApplicable
 from rlconform.spec import default_spec, same_value
+
+from conformance_tests import contract, simdevice
+from conformance_tests.errors import NotApplicable
+from conformance_tests.oracles import huber
 
 NOT_APPLICABLE = "not applicable:"
 
@@ -550,8 +551,6 @@ def _illegal_action_mask(name: str, fn: Callable, args: tuple, kwargs: dict) -> 
 
 def _contract_arg_names(name: str, fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     """Argument names as the contract spells them (an adapter's own names, or ``*args``, may differ)."""
-    from conformance_tests import contract
-
     family, op = name.split(".", 1)
     try:
         proto = getattr(contract.protocol(family), op)
@@ -607,8 +606,6 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
 
 
 def _updated_in_place(name: str) -> set[str]:
-    from conformance_tests import contract
-
     return set(contract.updated_in_place(name))
 
 
@@ -689,8 +686,6 @@ def _describe_result(x: Any, depth: int = 0) -> str:
 
 def contract_return(name: str) -> str | None:
     """The contract's return annotation and the first line of its documentation for ``family.op``."""
-    from conformance_tests import contract
-
     fam, _, op = name.partition(".")
     try:
         member = getattr(contract.protocol(fam), op)
@@ -805,8 +800,6 @@ class FamilyProxy:
             pytest.skip(f"{NOT_APPLICABLE} {self._family}.{op} is not provided")
 
     def __getattr__(self, op: str) -> Callable:
-        from conformance_tests import contract
-
         if op.startswith("_") or op not in contract.op_names(self._family):
             raise AttributeError(f"{op!r} is not an operation of the {self._family} contract")
         return self._wrapped(op, wrap_errors=True)
@@ -1107,8 +1100,6 @@ def np_clip_fraction(r: np.ndarray, clip_eps: float, convention_value: str, adv:
 def np_critic_penalty(err: np.ndarray, delta: float, huber_conv: str) -> np.ndarray:
     """One critic's per-sample penalty under the huber_delta convention: Huber(err, delta) ("any"; δ = 1
     when "fixed_1", the caller passes it) or the plain squared error err² ("mse", no ½)."""
-    from conformance_tests.oracles import huber
-
     return err**2 if huber_conv == "mse" else huber(err, delta)
 
 

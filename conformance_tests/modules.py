@@ -1,4 +1,4 @@
-"""Suite-owned networks that output given tensors, for the loss-level ops (issue 10).
+"""Suite-owned networks that output given tensors, for the loss-level ops.
 
 A loss-level op (``sac.losses``, ``ppo.losses``) takes networks, as library loss modules do. The
 suite hands it these: each holds the tensor it must output as an ``nn.Parameter`` and is indexed

@@ -18,39 +18,14 @@ import sys
 
 import pytest
 
+from conformance_tests.options import OPTIONS, dest
+
 # ``rlconform audit`` runs this pytest in a temporary directory, perhaps forked from a server that started
 # before the caller's PYTHONPATH was known: it passes the caller's import path (its working directory and
 # PYTHONPATH, absolute) here, so an ``--impl`` module the caller can import, the child can import too.
 for _entry in reversed([e for e in os.environ.get("RLCONFORM_IMPORT_PATH", "").split(os.pathsep) if e]):
     if _entry not in sys.path:
         sys.path.insert(1, _entry)
-
-PROFILES = ("ci", "release", "mutant")
-# (namespaced name, short alias, argparse keywords)
-OPTIONS = (
-    ("impl", True, dict(default=None, help="implementation factory 'module:factory' (default: the bundled "
-                                           "reference; env RLCONFORM_IMPL)")),
-    ("device", True, dict(default=None, help="torch device the inputs are built on: cpu, cuda, cuda:N, or sim (a "
-                                                "CUDA device simulated on the CPU) (default: cpu; env RLCONFORM_DEVICE)")),
-    ("profile", True, dict(default=None, choices=PROFILES,
-                           help="hypothesis profile: ci (derandomised, fast), release (more examples), "
-                                "mutant (ci without shrinking); env RLCONFORM_PROFILE")),
-    ("clauses", True, dict(default=None, help="comma-separated clause ids: run only their tests")),
-    ("families", True, dict(default=None, help="comma-separated families: run only their clauses' tests")),
-    ("expectations", True, dict(default=None, help="YAML of known failures (see the README)")),
-    ("report", False, dict(default=None, help="write per-test results as JSON here")),
-    ("events", False, dict(default=None, help="append one JSON line per collection/test event here (progress)")),
-    ("timeout", False, dict(default=None, type=float,
-                            help="seconds a test may spend inside the implementation (default 120; 0: no limit)")),
-    ("seed", False, dict(default=None, type=int, help="hypothesis seed for the release profile (recorded)")),
-    ("skip-file", False, dict(default=None, help="a file of node ids not to run (used by audit after a hang)")),
-    ("skip-id-check", False, dict(action="store_true", default=False, help="do not reject unknown clause ids")),
-)
-
-
-def dest(name: str) -> str:
-    return "rlconform_" + name.replace("-", "_")
-
 
 def pytest_addoption(parser):
     group = parser.getgroup("rlconform", "rlconform conformance suite")
@@ -70,14 +45,6 @@ def pytest_load_initial_conftests(early_config, parser, args):
             group.addoption(f"--{name}", dest=dest(name), **{**kw, "help": f"short for --rlconform-{name}"})
 
 
-def option(config, name: str, env: str | None = None, default=None):
-    """An rlconform option: the command line first, then the environment variable, then the default."""
-    value = config.getoption(dest(name), None)
-    if value is None and env:
-        value = os.environ.get(env)
-    return default if value is None else value
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "clause(*ids): the spec clause(s) this test checks")
     config.addinivalue_line("markers", "meta: tests of the suite itself (not run by audits)")
@@ -90,6 +57,8 @@ def activate(config) -> None:
     """Switch the suite's machinery on for this session (idempotent)."""
     if config.pluginmanager.has_plugin("rlconform-run"):
         return
+    # the plugin's one late import: the runtime brings torch and hypothesis, which a project that merely
+    # has rlconform installed must never pay for
     from conformance_tests.runtime import RlconformRun
 
     run = RlconformRun(config)

@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
+from rlconform.spec import default_spec
+
 from conformance_tests import contract
 
 DEFAULT_IMPL = "reference_impl:make"
@@ -126,6 +128,7 @@ def check_signatures(impl: Any, families: Iterable[str]) -> dict[str, list[str]]
 
 
 def check_device(device: str) -> None:
+    # torch only when a device is checked: `rlconform --help` and the plugin's registration never pay for it
     import torch
 
     from conformance_tests import simdevice
@@ -179,8 +182,6 @@ CAPABILITY_DTYPES = ("float16", "bfloat16", "float32", "float64")
 def check_capabilities(caps: Any, value: str) -> None:
     """A misspelt capability or convention would be ignored and the suite would test something the
     implementation never claimed: every declared name and value must be known."""
-    from rlconform.spec import default_spec
-
     if caps is None:
         return
     if not isinstance(caps, dict):

@@ -28,18 +28,14 @@ try:
     from builtins import BaseExceptionGroup as _ExceptionGroup
 except ImportError:  # Python 3.10: Hypothesis' backport
     from exceptiongroup import BaseExceptionGroup as _ExceptionGroup
-from conformance_tests.plugin import option
-from rlconform.audit import KIND_RANK
-from rlconform.expectations import load_expectations
 from rlconform.spec import SpecError, default_spec, worst_severity
-from rlconform.yamlfile import YamlFileError
+from rlconform.spec.yamlfile import YamlFileError
 
-DEFAULT_TIMEOUT = 120.0
-# Outcomes of one test. ``not_run``: selected but never executed (interrupted, or skipped after a hang).
-# ``deviation``: passed, but only with an oracle that follows a convention the implementation declares
-# otherwise than the seed (spec/conventions.yaml); the record's ``deviations`` say which.
-OUTCOMES = ("pass", "deviation", "fail", "error", "timeout", "expected_fail", "xpass", "not_applicable", "skipped",
-            "not_run")
+from conformance_tests.expectations import load_expectations
+from conformance_tests.marks import item_clauses, test_kind  # noqa: F401  (item_clauses: read by the runners)
+from conformance_tests.options import DEFAULT_TIMEOUT, option
+from conformance_tests.outcomes import KIND_RANK
+
 _PROP = "rlconform"  # the user_properties key holding a test's record
 _BLOB = re.compile(r"@reproduce_failure\([^()]*\)")
 
@@ -67,22 +63,6 @@ def _profiles():
 def stable_test_key(item) -> str:
     """``module::Class::test[params]``: a test's name whatever the rootdir or the path it was collected by."""
     return f"{item.module.__name__}::{item.nodeid.split('::', 1)[1]}"
-
-
-def item_clauses(item) -> tuple[str, ...]:
-    ids: list[str] = []
-    for m in item.iter_markers("clause"):
-        ids.extend(m.args)
-    return tuple(dict.fromkeys(ids))
-
-
-def test_kind(item) -> str:
-    """``golden`` (hand-computed values), ``example`` (other fixed inputs) or ``property`` (hypothesis):
-    the order in which a clause's failures are most informative to a reader."""
-    fn = getattr(item, "function", None)
-    if getattr(fn, "is_hypothesis_test", False):
-        return "property"
-    return "golden" if "golden" in item.name else "example"
 
 
 def failure_message(exc: BaseException) -> str:

@@ -24,8 +24,10 @@ from typing import Any, Callable
 
 import pytest
 
-# The SQLite store's text-keyed schema before symbol interning (issue 11): a file written by an earlier
-# version (the migration test writes one), and the text-keyed upsert floor of tools/benchmarks/bench_stdb.py.
+from reference_impl.ccapo.stdb import MemorySTDB, postgres_store, sqlite_store
+
+# The SQLite store's text-keyed schema, from before symbols were interned: a store file in that layout must
+# still open (the migration test writes one), and the text-keyed upsert floor of tools/benchmarks/bench_stdb.py.
 V1_SQLITE_SCHEMA = """
 CREATE TABLE stdb_edge (
     loc TEXT NOT NULL, prev_fp TEXT NOT NULL, fp TEXT NOT NULL, n_total BIGINT NOT NULL DEFAULT 0,
@@ -151,22 +153,16 @@ class Backend:
 
 
 def _memory() -> Backend:
-    from reference_impl.ccapo.stdb import MemorySTDB
-
     return Backend("memory", lambda: "", lambda _loc, **kw: MemorySTDB(**kw), shared=False)
 
 
 def _sqlite(tmp: Path) -> Backend:
-    from reference_impl.ccapo.stdb import sqlite_store
-
     counter = itertools.count()
     return Backend("sqlite", lambda: str(tmp / f"stdb{next(counter)}.sqlite"),
                    lambda loc, **kw: sqlite_store(loc, **kw), shared=True)
 
 
 def _postgres(server: PostgresServer) -> Backend:
-    from reference_impl.ccapo.stdb import postgres_store
-
     return Backend("postgresql", server.fresh_dsn, lambda loc, **kw: postgres_store(loc, **kw), shared=True)
 
 

@@ -8,7 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, convention, np_standardise, to_numpy
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_rejects,
+    assert_that,
+    convention,
+    np_standardise,
+    require_dtype,
+    to_numpy,
+)
 
 F64 = torch.float64
 
@@ -101,6 +110,19 @@ def test_single_member_group_is_zero_not_nan(ccapo):
         assert_rejects("CCAPO-MACRO-2", ccapo.raw("macro_advantage"), singles)
     tenths = ccapo.macro_advantage(torch.tensor([0.1, 0.1, 0.1], dtype=F64))  # mean rounds away from 0.1
     assert_equal(tenths, torch.zeros(3, dtype=F64), "CCAPO-MACRO-2", "rounding of the mean")
+
+
+# The macro advantage's eps at its default: CCAPO-MACRO-1 states eps = 1e-8, and returns spread by ~1e-8
+# make eps comparable to the std, so another default shows. Such a spread exists only in float64.
+@pytest.mark.clause("CCAPO-MACRO-1")
+def test_macro_advantage_default_eps_on_a_tiny_spread(ccapo):
+
+    require_dtype(F64)
+    r = np.array([1.0, 1.0 + 2e-8, 1.0 - 1e-8, 1.0 + 4e-8])
+    # the seed's eps 1e-8 and population std, or the declared advantage_std convention
+    want = np_standardise(r, convention("advantage_std", "CCAPO-MACRO-1"))
+    assert_close(ccapo.macro_advantage(torch.tensor(r, dtype=F64)), want, "CCAPO-MACRO-1", approx="reduction",
+                 what="macro_advantage without eps on returns 1e-8 apart")
 
 
 # ---------------------------------------------------------------------------------------- micro raw
@@ -196,3 +218,12 @@ def test_bad_advantage_hyper_parameters_rejected(ccapo):
     assert_rejects("CCAPO-INPUT-5", ccapo.raw("micro_advantage"), torch.zeros(3, dtype=F64), sigma_min=0.0)
     assert_rejects("CCAPO-INPUT-5", ccapo.raw("fuse_advantages"), torch.zeros(2, dtype=F64),
                    torch.zeros(2, 3, dtype=F64), beta=-0.5)
+
+
+# A 0-d tensor (no group axis) and an empty group are each rejected as bad input naming CCAPO-INPUT-3, not
+# left to fail later on indexing or on an empty reduction.
+@pytest.mark.clause("CCAPO-INPUT-3")
+@pytest.mark.parametrize("returns", [torch.tensor(1.5, dtype=F64), torch.zeros(2, 0, dtype=F64)], ids=["0-d", "empty group"])
+def test_macro_advantage_rejects_a_missing_or_empty_group(ccapo, returns):
+
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("macro_advantage"), returns)

@@ -8,11 +8,23 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from rlconform.spec import default_spec
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_dtype, assert_no_grad, assert_rejects, assert_that,
-                                      convention, finite_difference, grad_leaves, np_clip_fraction, reported,
-                                      supports_dtype, tolerance)
+from conformance_tests.harness import (
+    assert_close,
+    assert_dtype,
+    assert_no_grad,
+    assert_rejects,
+    assert_that,
+    convention,
+    finite_difference,
+    grad_leaves,
+    np_clip_fraction,
+    reported,
+    supports_dtype,
+    tolerance,
+)
 
 F64 = torch.float64
 
@@ -101,6 +113,95 @@ def test_clip_golden(ccapo):
     # both steps lie outside the clip range; only the A > 0 one is clipped by min() (clip_fraction convention)
     want = np_clip_fraction(np.exp(new.numpy()), 0.2, convention("clip_fraction"), adv.numpy())
     assert_close(reported(out, "clip_fraction", "ccapo.policy_loss"), want, "CCAPO-PPO-1", dtype=F64, what="share of steps counted as clipped")
+
+
+# ----------------------------------------------------------------------------- one fixed batch
+# Two trajectories (3 and 2 real steps): ratios inside and outside the clip range, both advantage
+# signs, and a reference policy away from the current one, so clip_eps and beta_kl both matter.
+NEW = np.array([[-0.2, -1.4, -0.9], [-0.5, -2.0, 0.0]])
+OLD = np.array([[-0.6, -1.0, -0.95], [-0.1, -2.1, 0.0]])
+REF = np.array([[-0.4, -1.1, -1.3], [-0.8, -1.7, 0.0]])
+ADV = np.array([[1.5, -0.7, 2.0], [-1.2, 0.8, 0.0]])
+MASK = np.array([[True, True, True], [True, True, False]])
+
+
+def _call(ccapo, **kw):
+    t = [torch.tensor(a, dtype=F64) for a in (NEW, OLD, REF, ADV)]
+    return ccapo.policy_loss(*t, torch.tensor(MASK), **kw)
+
+
+# Called without clip_eps and beta_kl: the keyword defaults must be the spec's (every other test passes them).
+@pytest.mark.clause("CCAPO-DEFAULT-4", "CCAPO-PPO-1", "CCAPO-PPO-2")
+def test_policy_loss_defaults_are_the_spec_clip_and_kl_weight(ccapo):
+    spec = default_spec().clause("CCAPO-DEFAULT-4").value
+    clip, beta = float(spec["clip_eps"]), float(spec["beta_kl"])
+    surr, kl = np_objective(NEW, OLD, REF, ADV, MASK, clip=clip, beta=beta)
+    out = _call(ccapo)
+    assert_close(out["loss"], -(surr - beta * kl), "CCAPO-PPO-1", what="loss with clip_eps and beta_kl at their defaults")
+    assert_close(out["loss_clip"], -surr, "CCAPO-PPO-1", what="loss_clip with clip_eps at its default")
+
+
+# Each reported term on its own: a loss_kl with the wrong weight could hide behind a right total.
+@pytest.mark.clause("CCAPO-PPO-2")
+@pytest.mark.parametrize("beta", [0.0, 0.04, 0.7])
+def test_loss_kl_is_the_weighted_kl_and_completes_the_loss(ccapo, beta):
+    surr, kl = np_objective(NEW, OLD, REF, ADV, MASK, clip=0.2, beta=beta)
+    out = _call(ccapo, clip_eps=0.2, beta_kl=beta)
+    assert_close(out["loss_kl"], beta * kl, "CCAPO-PPO-2", what="loss_kl = beta_KL * KL")
+    assert_close(out["loss"], -surr + beta * kl, "CCAPO-PPO-2", what="loss = loss_clip + loss_kl")
+
+
+# A trajectory with no real step (a padding row) is not one of the trajectories averaged over: its (1/T)
+# sum is undefined, so it must leave the average untouched.
+@pytest.mark.clause("CCAPO-PPO-1", "CCAPO-PPO-2")
+@pytest.mark.parametrize("where", [0, 1, 2])
+def test_padding_rows_leave_the_trajectory_mean_unchanged(ccapo, where):
+    surr, kl = np_objective(NEW, OLD, REF, ADV, MASK, clip=0.2, beta=0.04)
+    pad = lambda a, fill: np.insert(a, where, fill, axis=0)  # noqa: E731 - one padding row at `where`
+    t = [torch.tensor(pad(a, -0.3), dtype=F64) for a in (NEW, OLD, REF, ADV)]
+    out = ccapo.policy_loss(*t, torch.tensor(pad(MASK, False)), clip_eps=0.2, beta_kl=0.04)
+    assert_close(out["loss"], -(surr - 0.04 * kl), "CCAPO-PPO-1", what="loss with an all-padding trajectory added")
+    assert_close(out["kl_ref"], kl, "CCAPO-PPO-2", what="kl_ref with an all-padding trajectory added")
+
+
+# A batch with no real step at all has no defined value (0/0, or the sum of the padding). It must be
+# rejected or give exactly 0, never NaN or a number the padding made.
+@pytest.mark.clause("CCAPO-PPO-1", "CCAPO-PPO-2")
+def test_all_padding_batch_gives_zero_or_is_rejected(ccapo):
+    t = [torch.tensor(a, dtype=F64) for a in (NEW, OLD, REF, ADV)]
+    try:
+        out = ccapo.policy_loss(*t, torch.zeros(MASK.shape, dtype=torch.bool))
+    except Exception:  # noqa: BLE001 - rejecting an empty batch is allowed
+        return
+    for key in ("loss", "loss_clip", "kl_ref"):
+        assert_close(out[key], 0.0, "CCAPO-PPO-1", dtype=F64, what=f"{key} of a batch with no real step")
+
+
+# The estimator-free core of the approx_kl and clip_fraction conventions (spec/conventions.yaml): both are
+# exactly 0 when every ratio is 1, which a diagnostic of a shifted ratio (r + 1, r - 2) is not.
+# One test per diagnostic: a library that does not report one (TRL has no approx_kl) is not applicable for
+# that check only.
+@pytest.mark.clause("CCAPO-PPO-1")
+@pytest.mark.parametrize("key", ["approx_kl", "clip_fraction"])
+def test_diagnostics_are_zero_when_every_ratio_is_one(ccapo, key):
+    t = [torch.tensor(a, dtype=F64) for a in (NEW, NEW, REF, ADV)]  # logp_old = logp_new
+    out = ccapo.policy_loss(*t, torch.tensor(MASK), clip_eps=0.2, beta_kl=0.04)
+    assert_close(reported(out, key, "ccapo.policy_loss"), 0.0, "CCAPO-PPO-1", dtype=F64,
+                 what=f"{key} with every ratio 1")
+
+
+# A ratio exactly on the edge of [1 - eps, 1 + eps] is inside it: clipped means |r - 1| > eps, strictly.
+@pytest.mark.clause("CCAPO-PPO-1")
+@pytest.mark.parametrize("log_ratio", [np.log(1.3), np.log(0.75)])
+def test_ratio_exactly_on_the_clip_edge_is_not_clipped(ccapo, log_ratio):
+    new = torch.full((1, 2), float(log_ratio), dtype=F64)
+    old = torch.zeros(1, 2, dtype=F64)
+    # eps is chosen so that |exp(new - old) - 1| equals it exactly in float64 (r - 1 is exact for r in [0.5, 2])
+    eps = abs(float(torch.exp(new - old)[0, 0]) - 1.0)
+    out = ccapo.policy_loss(new, old, new, torch.tensor([[1.0, -1.0]], dtype=F64), torch.ones(1, 2, dtype=torch.bool),
+                            clip_eps=eps)
+    assert_close(reported(out, "clip_fraction", "ccapo.policy_loss"), 0.0, "CCAPO-PPO-1", dtype=F64,
+                 what="clip_fraction with |r - 1| = eps exactly")
 
 
 # ----------------------------------------------------------------------------- gradient, off and at the kinks
@@ -244,6 +345,15 @@ def test_bad_clip_rejected(ccapo):
     z = torch.zeros(1, 2, dtype=F64)
     assert_rejects("CCAPO-INPUT-5", ccapo.raw("policy_loss"), z, z, z, z, torch.ones(1, 2, dtype=torch.bool),
                    clip_eps=0.0)
+
+
+# The clip range is open at the top: clip_eps >= 1 is rejected.
+@pytest.mark.clause("CCAPO-INPUT-5")
+@pytest.mark.parametrize("clip_eps", [1.0, 1.5])
+def test_clip_eps_of_one_or_more_rejected(ccapo, clip_eps):
+
+    t = [torch.tensor(a, dtype=F64) for a in (NEW, OLD, REF, ADV)]
+    assert_rejects("CCAPO-INPUT-5", ccapo.raw("policy_loss"), *t, torch.tensor(MASK), clip_eps=clip_eps)
 
 
 # ----------------------------------------------------------------------------- gradient isolation

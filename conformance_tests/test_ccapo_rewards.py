@@ -117,3 +117,10 @@ def test_reward_shape_mismatch_rejected(ccapo):
     assert_rejects("CCAPO-INPUT-3", ccapo.raw("macro_return"), torch.tensor([True, False]), torch.tensor([3]))
     assert_rejects("CCAPO-INPUT-3", ccapo.raw("micro_reward"), torch.tensor([0.5, 0.5], dtype=F64),
                    torch.tensor([True]), torch.tensor([False, False]))
+
+
+# A 0-d id tensor has no step axis and is rejected as bad input naming CCAPO-INPUT-3.
+@pytest.mark.clause("CCAPO-INPUT-3")
+def test_loop_mask_rejects_ids_without_a_step_axis(ccapo):
+
+    assert_rejects("CCAPO-INPUT-3", ccapo.raw("loop_mask"), torch.tensor(7))

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from scipy.special import expit
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, to_numpy
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_rejects,
+    assert_that,
+    to_numpy,
+)
 
 EPS = 1e-8
 F64 = torch.float64

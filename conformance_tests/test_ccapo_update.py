@@ -14,8 +14,16 @@ import math
 import pytest
 import torch
 
-from conformance_tests.harness import (assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that,
-                                      generator, host, on_device)
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_no_grad,
+    assert_rejects,
+    assert_that,
+    generator,
+    host,
+    on_device,
+)
 
 F64 = torch.float64
 CLAUSE = "CCAPO-UPDATE-1"

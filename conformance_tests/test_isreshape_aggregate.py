@@ -9,8 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_rejects, assert_that, require_differentiable,
-                                      working_dtype)
+from conformance_tests.harness import (
+    assert_close,
+    assert_rejects,
+    assert_that,
+    require_differentiable,
+    working_dtype,
+)
 from conformance_tests.oracles import np_
 
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum")

@@ -9,12 +9,22 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from rlconform.spec import default_spec
+from scipy.special import expit
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_no_grad, assert_rejects, assert_that, convention
-from conformance_tests.test_isreshape_weights import np_gamma, np_weight
+from conformance_tests.harness import (
+    assert_close,
+    assert_no_grad,
+    assert_rejects,
+    assert_that,
+    convention,
+    finite_difference,
+)
+from conformance_tests.test_isreshape_weights import isr_defaults, np_gamma, np_weight
 
 EPS = 1e-8
+F64 = torch.float64
 SEED_AGG = "token-mean"
 
 
@@ -82,6 +92,30 @@ def _gold():
             torch.tensor(GOLD_ADV, dtype=torch.float64), torch.ones(2, dtype=torch.float64))
 
 
+def np_weights(lp, ref, adv, *, tau, beta, gamma_min, gamma_max, log_ratio_clamp, gamma=None):
+    """(r, gamma, w_SAPO, w): r from the clamped log-ratio, gamma(|A|) = gmin + (gmax - gmin) sigmoid(beta |A|)
+    unless a fixed ``gamma`` is given, w_SAPO = r sech^2(tau (r - 1) / 2), w = (1 - gamma) + gamma w_SAPO."""
+    r = np.exp(np.clip(lp - ref, -log_ratio_clamp, log_ratio_clamp))
+    g = gamma_min + (gamma_max - gamma_min) * expit(beta * np.abs(adv)) if gamma is None else np.full_like(r, gamma)
+    w_sapo = r / np.cosh(tau * (r - 1.0) / 2.0) ** 2
+    return r, g, w_sapo, (1.0 - g) + g * w_sapo
+
+
+# The losses and their metrics called with every keyword at its default, on two batches. "mixed": ratios on
+# both sides of 1, both advantage signs, a padded token, so that tau, beta, the gamma bounds and mask_eps all
+# move the loss. "beyond-clamp": one token whose log-ratio (-25) lies beyond the clamp and whose |A| is large
+# (gamma ~ 1, so w ~ w_SAPO ~ r): the loss is proportional to the clamped ratio.
+CASES = {
+    "mixed": (np.array([-0.4, -1.2, -2.0, -0.7]), np.array([-0.7, -0.9, -2.3, -0.2]),
+              np.array([0.8, -1.5, 2.5, 1.0]), np.array([1.0, 1.0, 1.0, 0.0])),
+    "beyond-clamp": (np.array([-1.0]), np.array([24.0]), np.array([50.0]), np.array([1.0])),
+}
+
+
+def _tensors(case):
+    return [torch.tensor(a, dtype=F64) for a in case]
+
+
 # ----------------------------------------------------------------------------- ISR-LOSS-1
 @pytest.mark.clause("ISR-LOSS-1")
 @given(loss_cases())
@@ -117,6 +151,18 @@ def test_loss_is_the_token_mean_of_single_token_losses(isreshape, batch):
     assert_close(isreshape.policy_loss(lp, ref, adv, m), expected, "ISR-LOSS-1", approx=agg_tolerance())
 
 
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-DEFAULT-2", "ISR-DEFAULT-4", "ISR-LOSS-1")
+@pytest.mark.parametrize("name", list(CASES))
+def test_policy_loss_at_default_keywords(isreshape, name):
+    d = isr_defaults()
+    lp, ref, adv, m = CASES[name]
+    *_, w = np_weights(lp, ref, adv, tau=d["tau"], beta=d["beta"], gamma_min=d["gamma_min"],
+                       gamma_max=d["gamma_max"], log_ratio_clamp=d["log_ratio_clamp"])
+    want = -(w * adv * lp * m).sum() / (m.sum() + d["mask_eps"])
+    assert_close(isreshape.policy_loss(*_tensors(CASES[name])), want, "ISR-LOSS-1", approx="reduction",
+                 what="policy_loss with every keyword at its default")
+
+
 # ----------------------------------------------------------------------------- ISR-LOSS-2
 @pytest.mark.clause("ISR-LOSS-2")
 @given(loss_cases())
@@ -148,7 +194,6 @@ def test_loss_gradient_golden(isreshape):
 @pytest.mark.clause("ISR-LOSS-2")
 def test_loss_gradient_by_finite_differences(isreshape):
     # dL/dlog pi with the weight held fixed: finite differences of the surrogate at frozen w
-    from conformance_tests.harness import finite_difference
 
     lp, ref, adv, m = _gold()
     x = lp.clone().requires_grad_(True)
@@ -183,6 +228,19 @@ def test_sft_loss_golden(isreshape):
     w2 = 0.8 + 0.2 * 1.572895465931855  # default gamma_sft = 0.2 at r = 2
     expected = -(1.0 * GOLD_LP[0] + w2 * GOLD_LP[1]) * _gold_coef()
     assert_close(isreshape.sft_loss(lp, ref, m), expected, "ISR-SFT-1", approx=agg_tolerance())
+
+
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-DEFAULT-3", "ISR-DEFAULT-4", "ISR-SFT-1")
+@pytest.mark.parametrize("name", list(CASES))
+def test_sft_loss_at_default_keywords(isreshape, name):
+    d = isr_defaults()
+    lp, ref, _, m = CASES[name]
+    *_, w = np_weights(lp, ref, 0.0 * lp, tau=d["tau"], beta=0.0, gamma_min=0.0, gamma_max=1.0,
+                       log_ratio_clamp=d["log_ratio_clamp"], gamma=d["gamma_sft"])
+    want = -(w * lp * m).sum() / (m.sum() + d["mask_eps"])
+    lp_t, ref_t, _, m_t = _tensors(CASES[name])
+    assert_close(isreshape.sft_loss(lp_t, ref_t, m_t), want, "ISR-SFT-1", approx="reduction",
+                 what="sft_loss with every keyword at its default")
 
 
 # ----------------------------------------------------------------------------- ISR-METRIC-*
@@ -240,6 +298,22 @@ def test_metrics_golden(isreshape):
     assert_close(one["weight_max"], W2, "ISR-METRIC-2", what="weight_max ignores masked-out tokens")
 
 
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-DEFAULT-2", "ISR-DEFAULT-4", "ISR-METRIC-1")
+@pytest.mark.parametrize("name", list(CASES))
+def test_loss_metrics_at_default_keywords(isreshape, name):
+    d = isr_defaults()
+    lp, ref, adv, m = CASES[name]
+    r, g, w_sapo, w = np_weights(lp, ref, adv, tau=d["tau"], beta=d["beta"], gamma_min=d["gamma_min"],
+                                 gamma_max=d["gamma_max"], log_ratio_clamp=d["log_ratio_clamp"])
+    sel = m > 0
+    got = isreshape.loss_metrics(*_tensors(CASES[name]))
+    want = {"gamma_mean": g[sel].mean(), "weight_mean": w[sel].mean(), "sapo_weight_mean": w_sapo[sel].mean(),
+            "ratio_mean": r[sel].mean(), "weight_max": w[sel].max(),
+            "kl": -np.clip(lp - ref, -d["log_ratio_clamp"], d["log_ratio_clamp"])[sel].mean()}
+    for key, value in want.items():
+        assert_close(got[key], value, "ISR-METRIC-1", dtype=F64, approx="reduction", what=f"loss_metrics()[{key!r}] at the defaults")
+
+
 # ----------------------------------------------------------------------------- ISR-INPUT-1/2/3/4 (losses)
 @pytest.mark.clause("ISR-INPUT-1")
 @pytest.mark.parametrize("op", ["policy_loss", "loss_metrics", "sft_loss"])
@@ -283,7 +357,6 @@ def test_sft_rejects_gamma_outside_unit_interval(isreshape, gamma_sft):
 # ----------------------------------------------------------------------------- ISR-DEFAULT-5
 @pytest.mark.clause("ISR-DEFAULT-5")
 def test_defaults_lie_in_appendix_a_ranges(isreshape):
-    from rlconform.spec import default_spec
 
     ranges = default_spec().clause("ISR-DEFAULT-5").value
     table = isreshape.defaults()

@@ -1,4 +1,5 @@
-"""IS-Reshape §9 seed gap: the SFT variant's diagnostics (v4_sft/gamma, weight_mean, ratio_mean)."""
+"""IS-Reshape §9, on a point the seed document leaves open: the SFT variant's diagnostics (v4_sft/gamma,
+weight_mean, ratio_mean)."""
 from __future__ import annotations
 
 import math

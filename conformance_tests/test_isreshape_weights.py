@@ -14,13 +14,27 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from rlconform.spec import default_spec
 from scipy.differentiate import derivative
 from scipy.optimize import brentq
 from scipy.special import expit
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_dtype, assert_low_precision, assert_rejects,
-                                      assert_that, fail, log_ratio_clamp, to_numpy, working_dtype)
+from conformance_tests.harness import (
+    assert_close,
+    assert_dtype,
+    assert_low_precision,
+    assert_rejects,
+    assert_that,
+    fail,
+    log_ratio_clamp,
+    require_dtype,
+    to_numpy,
+    tolerance,
+    working_dtype,
+)
+
+F64 = torch.float64
 
 
 # ----------------------------------------------------------------------------- numpy oracles
@@ -47,6 +61,19 @@ def np_gamma(adv, beta, gmin, gmax):
     return gmin + (gmax - gmin) * expit(beta * np.abs(np.asarray(adv, dtype=np.float64)))
 
 
+def np_sapo_weight(r, tau):
+    """w_SAPO(r) = r sech^2(tau (r - 1) / 2), numpy."""
+    return r / np.cosh(tau * (r - 1.0) / 2.0) ** 2
+
+
+def isr_defaults() -> dict:
+    """Every ISR-DEFAULT-* value as the spec states it."""
+    out = {}
+    for cid in ("ISR-DEFAULT-1", "ISR-DEFAULT-2", "ISR-DEFAULT-3", "ISR-DEFAULT-4"):
+        out.update(default_spec().clause(cid).value)
+    return out
+
+
 def np_peak(tau):
     """r* > 1 where d/dr [r sech^2(tau(r-1)/2)] = 0, i.e. r tau tanh(tau(r-1)/2) = 1 (scipy root)."""
     return brentq(lambda r: r * tau * math.tanh(tau * (r - 1.0) / 2.0) - 1.0, 1.0, 1.0 + 60.0 / tau)
@@ -60,6 +87,8 @@ def t64(x, like: torch.Tensor | None = None):
 
 
 R_TABLE = [0.2, 0.5, 1.0, 2.0, 5.0, 10.0]
+# Ratios on both sides of r = 1, where tau matters: the operations called without tau use the spec's default.
+R = np.array([0.05, 0.5, 1.0, 1.7, 6.0])
 # w_SAPO(r) at tau = 1 (our numpy values; the document's §2.2 says 0.10, 0.39, 1.00, 0.79, 0.35, 0.002)
 SAPO_TAU1 = [0.17112775721623558, 0.470007424403189, 1.0, 1.572895465931855, 0.35325412426582237,
              0.004935173990593957]
@@ -90,6 +119,19 @@ def test_ratio_golden(isreshape):
     c = log_ratio_clamp()  # the seed's 20: exp(-20), exp(-1), 1, exp(2), exp(20)
     expected = [math.exp(max(min(x, c), -c)) for x in (-30.0, -1.0, 0.0, 2.0, 25.0)]
     assert_close(isreshape.importance_ratio(lp, ref), expected, "ISR-RATIO-1")
+
+
+# Half-precision inputs give the ratio of their exact log-ratio, formed in the float32 working dtype:
+# log pi - log mu = 4 + 2^-8 - (-4) is exact in float32 but rounds to 8 in float16 (spacing 2^-7 above 8),
+# a 0.4% error in r, twice float16's identity tolerance.
+@pytest.mark.clause("ISR-RATIO-1", "ISR-STAB-1")
+def test_importance_ratio_of_half_inputs_takes_the_exact_log_ratio(isreshape):
+
+    require_dtype(torch.float16)
+    lp, ref = np.array([4.0 + 2.0 ** -8, -0.5]), np.array([-4.0, -0.75])  # exactly representable in float16
+    got = isreshape.importance_ratio(torch.tensor(lp, dtype=torch.float16), torch.tensor(ref, dtype=torch.float16))
+    assert_close(got, np.exp(lp - ref), "ISR-RATIO-1", dtype=torch.float16,
+                 what="importance_ratio of float16 inputs whose log-ratio float16 cannot hold")
 
 
 # ----------------------------------------------------------------------------- ISR-GAMMA-*
@@ -197,6 +239,39 @@ def test_sapo_signed_golden(isreshape):
     assert_close(got, [1.572895465931855, w_neg, w_neg], "ISR-SAPO-3")
 
 
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-SAPO-1")
+def test_sapo_weight_default_tau(isreshape):
+    tau = isr_defaults()["tau"]
+    assert_close(isreshape.sapo_weight(torch.tensor(R, dtype=F64)), np_sapo_weight(R, tau), "ISR-SAPO-1",
+                 what="sapo_weight without tau")
+
+
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-SAPO-2")
+def test_sapo_gate_default_tau(isreshape):
+    tau = isr_defaults()["tau"]
+    assert_close(isreshape.sapo_gate(torch.tensor(R, dtype=F64)), expit(tau * (R - 1)) * 4 / tau, "ISR-SAPO-2",
+                 what="sapo_gate without tau")
+
+
+# The SAPO weights and gate take no log, so r = 0 is a valid ratio (ISR-INPUT-2 asks r > 0 only where a log
+# is taken): a guard stricter than the clause rejects it. The weight there is 0.
+@pytest.mark.clause("ISR-SAPO-1", "ISR-SAPO-3", "ISR-INPUT-2")
+def test_sapo_weights_accept_a_zero_ratio(isreshape):
+    r = np.array([0.0, 1.5])
+    adv = np.array([1.0, -1.0])
+    assert_close(isreshape.sapo_weight(torch.tensor(r, dtype=F64), tau=2.0), np_sapo_weight(r, 2.0), "ISR-SAPO-1",
+                 what="sapo_weight at r = 0")
+    got = isreshape.sapo_weight_signed(torch.tensor(r, dtype=F64), torch.tensor(adv, dtype=F64), tau_pos=1.0, tau_neg=3.0)
+    assert_close(got, np_sapo_weight(r, np.array([1.0, 3.0])), "ISR-SAPO-3", what="sapo_weight_signed at r = 0")
+
+
+@pytest.mark.clause("ISR-SAPO-2", "ISR-INPUT-2")
+def test_sapo_gate_accepts_a_zero_ratio(isreshape):
+    r = np.array([0.0, 1.0])
+    assert_close(isreshape.sapo_gate(torch.tensor(r, dtype=F64), tau=2.0), expit(2.0 * (r - 1)) * 4 / 2.0, "ISR-SAPO-2",
+                 what="sapo_gate at r = 0")
+
+
 # ----------------------------------------------------------------------------- ISR-W-*
 @pytest.mark.clause("ISR-W-1")
 @given(st_.isr_ratios(), st_.isr_taus(), st.data())
@@ -258,6 +333,14 @@ def test_weight_soft_trust_region_limits_and_shape(isreshape, tau, gamma):
     down = to_numpy(isreshape.reshape_weight(t64(np.linspace(r_star, r_star + 40.0 / tau, 200)), gamma, tau=tau))
     assert_that(bool(np.all(np.diff(up) >= -1e-12)), "ISR-W-3", up, f"rising on (0, r* = {r_star:.4f})")
     assert_that(bool(np.all(np.diff(down) <= 1e-12)), "ISR-W-3", down, "falling after r*")
+
+
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-W-1")
+@pytest.mark.parametrize("gamma", [0.3, 1.0])
+def test_reshape_weight_default_tau(isreshape, gamma):
+    tau = isr_defaults()["tau"]
+    assert_close(isreshape.reshape_weight(torch.tensor(R, dtype=F64), gamma), (1 - gamma) + gamma * np_sapo_weight(R, tau),
+                 "ISR-W-1", what="reshape_weight without tau")
 
 
 # ----------------------------------------------------------------------------- ISR-F-*
@@ -325,6 +408,14 @@ def test_f_sapo_offset_golden(isreshape):
     assert_close(isreshape.sapo_gate(t64([1.0]), tau=0.5), [4.0], "ISR-F-3")
 
 
+@pytest.mark.clause("ISR-DEFAULT-1", "ISR-F-1")
+@pytest.mark.parametrize("gamma", [0.0, 0.3, 1.0])
+def test_reshape_f_default_tau(isreshape, gamma):
+    tau = isr_defaults()["tau"]
+    want = (1 - gamma) * np.log(R) + gamma * (2 / tau) * np.tanh(tau * (R - 1) / 2)
+    assert_close(isreshape.reshape_f(torch.tensor(R, dtype=F64), gamma), want, "ISR-F-1", what="reshape_f without tau")
+
+
 # ----------------------------------------------------------------------------- ISR-STAB-1
 @pytest.mark.clause("ISR-STAB-1")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -376,7 +467,6 @@ def test_loss_and_gradient_in_low_precision(isreshape, dtype, batch):
 
 
 def tolerance_for(dtype):
-    from conformance_tests.harness import tolerance
 
     return tolerance("ISR-STAB-1", dtype)
 

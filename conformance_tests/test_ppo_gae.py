@@ -12,7 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_dtype, not_applicable, terminated_truncated, working_dtype
+from conformance_tests.harness import (
+    assert_close,
+    assert_dtype,
+    not_applicable,
+    terminated_truncated,
+    working_dtype,
+)
 from conformance_tests.oracles import np_
 
 

@@ -1,4 +1,4 @@
-"""PPO-Clip at the level libraries are built (issue 10): ``ppo.losses`` over the suite's table networks.
+"""PPO-Clip at the level libraries are built: ``ppo.losses`` over the suite's table networks.
 
 Oracles are numpy closed forms written here: the legal-set log-softmax, the clipped surrogate, the
 value and entropy terms, and their analytic gradients with respect to the logits and values tables.
@@ -13,8 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_no_grad_into, convention, masks_supported, require_differentiable,
-                                      grad_of, on_device, require_masks, working_dtype)
+from conformance_tests.harness import (
+    assert_close,
+    assert_no_grad_into,
+    convention,
+    grad_of,
+    masks_supported,
+    on_device,
+    require_differentiable,
+    require_masks,
+    working_dtype,
+)
 from conformance_tests.modules import TableModule
 from conformance_tests.oracles import masked_softmax, np_
 

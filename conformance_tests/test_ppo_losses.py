@@ -9,11 +9,35 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from rlconform.spec import default_spec
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_dtype, assert_equal, assert_no_grad, assert_rejects,
-                                      assert_that, convention, finite_difference, generator, grad_leaves, not_applicable,
-                                      np_approx_kl, np_clip_fraction, np_standardise, on_device, working_dtype)
+from conformance_tests.harness import (
+    assert_close,
+    assert_dtype,
+    assert_equal,
+    assert_no_grad,
+    assert_rejects,
+    assert_that,
+    convention,
+    declares,
+    finite_difference,
+    generator,
+    grad_leaves,
+    not_applicable,
+    np_approx_kl,
+    np_clip_fraction,
+    np_standardise,
+    on_device,
+    require_dtype,
+    working_dtype,
+)
+
+F64 = torch.float64
+
+
+def spec_default(clause: str, key: str) -> float:
+    return float(default_spec().clause(clause).value[key])
 
 
 def _op_clip_fraction() -> str:
@@ -99,6 +123,14 @@ def test_clip_fraction_golden(ppo):
     r = torch.tensor([1.0, 1.2, 1.25, 0.7, 0.81], dtype=torch.float64)
     # |r−1| = 0, 0.2 (not strictly above), 0.25, 0.3, 0.19 -> 2 of 5
     assert_close(ppo.clip_fraction(r, clip_eps=0.2 + 1e-12), 0.4, "PPO-CLIPFRAC-1")
+
+
+# A ratio exactly on the edge of [1 - eps, 1 + eps] is not clipped: clipped means |r - 1| > eps, strictly.
+@pytest.mark.clause("PPO-CLIPFRAC-1")
+def test_clip_fraction_excludes_ratios_exactly_on_the_edge(ppo):
+    # r - 1 is exact in float64 for r in [0.5, 2]: 1.25 and 0.75 sit exactly on the edges of eps = 0.25
+    r = torch.tensor([1.25, 0.75, 1.2500001, 0.7499999, 1.0], dtype=F64)
+    assert_close(ppo.clip_fraction(r, clip_eps=0.25), 2 / 5, "PPO-CLIPFRAC-1", what="share of |r - 1| > 0.25")
 
 
 # ----------------------------------------------------------------------------- losses
@@ -265,6 +297,20 @@ def test_advantage_clamp_golden(ppo):
     assert_close(got[:1], [-0.005 / den], "PPO-ADV-2")
 
 
+@pytest.mark.clause("PPO-ADV-1", "PPO-DEFAULT-3")
+def test_normalize_advantages_default_eps(ppo):
+    """(A - mean) / (std + eps) with the Bessel std and eps at its default, on a batch with a tiny spread,
+    where eps is not negligible. A spread of 1e-8 around 1 exists only in float64 (float32's spacing at 1 is
+    1.2e-7), so the check is not applicable to an implementation without float64."""
+    require_dtype(F64)
+    a = np.array([1.0, 1.0 + 2e-8, 1.0 - 1e-8, 1.0 + 4e-8])
+    std = convention("advantage_std")  # the seed's Bessel std plus eps, or the declared ddof and eps form
+    eps = spec_default("PPO-DEFAULT-3", "adv_eps") if not declares("advantage_std") else std["eps"]
+    want = np_standardise(a, std, eps)
+    assert_close(ppo.normalize_advantages(torch.tensor(a, dtype=F64)), want, "PPO-ADV-1", approx="reduction",
+                 what="normalize_advantages without eps (the default must be 1e-8)")
+
+
 # ----------------------------------------------------------------------------- KL guard, reward scale
 def kl_values(target: float):
     """approx_kl values around the guard: anywhere, and on purpose between 1.5x and 2x the target (where SB3's
@@ -289,6 +335,17 @@ def test_kl_guard_golden_with_the_document_defaults(ppo, kl):
     assert_equal(bool(ppo.kl_early_stop(kl)), stop, "PPO-KLSTOP-1", f"approx_kl={kl}")
 
 
+# Called without target_kl: the spec's default, and the strict threshold (equality does not stop).
+@pytest.mark.clause("PPO-KLSTOP-1", "PPO-DEFAULT-2")
+@pytest.mark.parametrize("scale, stop", [(0.5, False), (1.0, False), (1.0 + 1e-6, True), (1.2, True)])
+def test_kl_early_stop_defaults_and_strict_threshold(ppo, scale, stop):
+    """Stop exactly when approx_kl > kl_stop_factor * target_kl (0.03 with the seed's defaults), equality
+    excluded; the factor follows the kl_stop_factor convention."""
+    bound = convention("kl_stop_factor") * spec_default("PPO-DEFAULT-2", "target_kl")
+    assert_equal(bool(ppo.kl_early_stop(bound * scale)), stop, "PPO-KLSTOP-1",
+                 what=f"kl_early_stop({bound * scale}) with target_kl and factor at their defaults")
+
+
 @pytest.mark.clause("PPO-REWARD-1")
 @given(st_.advantages(scale=20.0), st_.keyword_arguments("ppo.scale_reward"))
 def test_reward_scaling(ppo, r, kw):
@@ -307,6 +364,16 @@ def test_entropy_ratio_golden(ppo):
     mask = torch.tensor([[True] * 4, [True, True, False, False], [True, False, False, False]])
     ent = torch.tensor([math.log(4), 0.5, 0.0], dtype=torch.float64)
     assert_close(ppo.entropy_ratio(ent, mask), (math.log(4) + 0.5) / (math.log(4) + math.log(2)), "PPO-SLO-4")
+
+
+# No row has a choice (sum log|A| = 0): the contract gives 0 whatever the per-row entropies (a one-action
+# row's entropy is 0 up to rounding), never H / tiny.
+@pytest.mark.clause("PPO-SLO-4")
+@pytest.mark.parametrize("noise", [0.0, 1e-12, 3e-9])
+def test_entropy_ratio_is_zero_when_no_row_has_a_choice(ppo, noise):
+    mask = torch.tensor([[True, False, False], [False, False, True]])
+    got = ppo.entropy_ratio(torch.full((2,), noise, dtype=F64), mask)
+    assert_close(got, 0.0, "PPO-SLO-4", dtype=F64, what="entropy_ratio with one legal action in every row")
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -340,6 +407,16 @@ def test_bad_loss_inputs_are_rejected(ppo, case):
 def test_non_positive_grad_norm_is_rejected(ppo):
     clip_grad_norm = ppo.raw("clip_grad_norm")
     assert_rejects("PPO-INPUT-4", clip_grad_norm, [_param(torch.ones(2))], max_norm=0.0)
+
+
+# The clip range is the open interval (0, 1): clip_eps = 1 is rejected.
+@pytest.mark.clause("PPO-INPUT-4")
+@pytest.mark.parametrize("op", ["clip_fraction", "clipped_policy_loss"])
+def test_clip_eps_of_one_rejected(ppo, op):
+
+    r = torch.tensor([0.9, 1.1, 1.3], dtype=F64)
+    args = (r,) if op == "clip_fraction" else (r, torch.tensor([1.0, -1.0, 0.5], dtype=F64))
+    assert_rejects("PPO-INPUT-4", ppo.raw(op), *args, clip_eps=1.0)
 
 
 # ----------------------------------------------------------------------------- PPO-DTYPE-1

@@ -53,6 +53,24 @@ def test_duplicate_keys_are_rejected(ppo):
     assert_rejects("PPO-MAPPO-1", ppo.raw("check_alignment"), sorted_dup)
 
 
+def _keyed(e, t, a):
+    return {"episode_id": torch.tensor(e), "timestep": torch.tensor(t), "agent_id": torch.tensor(a),
+            "action": torch.zeros(len(e), dtype=torch.int64)}
+
+
+# Every pair of neighbouring rows is compared, not only the first: the order is checked with three or more
+# rows and differing episode ids after the first pair, and the error locates the first bad pair.
+@pytest.mark.clause("PPO-MAPPO-1")
+def test_mappo_order_checked_on_every_pair_of_episodes(ppo):
+
+    # episode 2 before episode 1 at rows 1-2 (row 0's episode 0 is below both)
+    assert_rejects("PPO-MAPPO-1", ppo.raw("check_alignment"), _keyed([0, 2, 1], [0, 0, 0], [0, 0, 0]))
+    # after sorting, the repeated key (1, 0, 0) sits at rows 1-2
+    assert_rejects("PPO-MAPPO-1", ppo.raw("align_batch"), _keyed([1, 0, 1], [0, 0, 0], [0, 0, 0]))
+    # every pair out of order (the mutant that reports the first GOOD pair finds none and fails on indexing)
+    assert_rejects("PPO-MAPPO-1", ppo.raw("check_alignment"), _keyed([1, 0], [0, 0], [0, 0]))
+
+
 @pytest.mark.clause("PPO-MAPPO-2")
 @given(st_.mappo_batches())
 def test_every_field_stays_with_its_key(ppo, case):
@@ -106,3 +124,13 @@ def test_ragged_or_keyless_mappo_batches_are_rejected(ppo):
     ok = {"episode_id": torch.tensor([0, 0]), "timestep": torch.tensor([0, 1]), "agent_id": torch.tensor([0, 0])}
     assert_rejects("PPO-INPUT-5", ppo.raw("align_batch"), {**ok, "action": torch.tensor([0, 1, 2])})
     assert_rejects("PPO-INPUT-5", ppo.raw("align_batch"), {k: v for k, v in ok.items() if k != "agent_id"})
+
+
+# A key field without a row axis makes a ragged batch, rejected as such (naming PPO-INPUT-5), not left to fail
+# on indexing its missing row axis.
+@pytest.mark.clause("PPO-INPUT-5")
+@pytest.mark.parametrize("field", ["timestep", "agent_id"])
+def test_mappo_key_field_without_rows_rejected(ppo, field):
+
+    batch = {**_keyed([0, 0], [0, 1], [0, 0]), field: torch.tensor(0)}
+    assert_rejects("PPO-INPUT-5", ppo.raw("align_batch"), batch)

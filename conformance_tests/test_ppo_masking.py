@@ -13,8 +13,20 @@ from scipy.special import logsumexp
 
 from conformance_tests import oracles
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_equal, assert_low_precision, assert_rejects, assert_that,
-                                      convention, declares, generator, host, on_device, slack, to_numpy)
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_low_precision,
+    assert_rejects,
+    assert_that,
+    convention,
+    declares,
+    generator,
+    host,
+    on_device,
+    slack,
+    to_numpy,
+)
 
 
 def np_masked_log_softmax(z, mask) -> np.ndarray:

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that, generator
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_rejects,
+    assert_that,
+    generator,
+)
 
 
 def np_global_masked_log_prob(z, mask) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""PPO §7 self-test and §11 seed gaps: the share of log-prob jumps above 2, ratio.std, and the
-"slowly decreasing" entropy trend."""
+"""PPO §7 self-test and §11, on points the seed document leaves open: the share of log-prob jumps above 2,
+ratio.std, and the "slowly decreasing" entropy trend."""
 from __future__ import annotations
 
 import math
@@ -11,9 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_that, generator, to_numpy
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_that,
+    generator,
+    to_numpy,
+)
 from conformance_tests.oracles import np_
 from conformance_tests.test_ppo_update import HP, np_log_softmax, setup
+
+F64 = torch.float64
 
 
 # ----------------------------------------------------------------------------- PPO-SELFTEST-1
@@ -50,6 +58,14 @@ def test_jump_share_is_the_ratio_above_e_squared(ppo, pair):
     assert_close(share, float(want), "PPO-SELFTEST-1")
 
 
+@pytest.mark.clause("PPO-SELFTEST-1")
+def test_log_ratio_excess_default_threshold_is_two_and_strict(ppo):
+    """Rows with new - old of 1.5, exactly 2, 2.5 and 3.5 over the default threshold 2: two of four exceed it."""
+    old = torch.tensor([-4.0, -4.0, -4.0, -4.0], dtype=F64)
+    new = old + torch.tensor([1.5, 2.0, 2.5, 3.5], dtype=F64)
+    assert_close(ppo.log_ratio_excess(new, old), 0.5, "PPO-SELFTEST-1", what="share of rows with new - old > 2")
+
+
 # ----------------------------------------------------------------------------- PPO-RATIO-2
 @pytest.mark.clause("PPO-RATIO-2")
 @given(st_.ratios_and_advantages())
@@ -65,6 +81,15 @@ def test_ratio_std_golden(ppo):
     assert_close(ppo.ratio_std(r), math.sqrt(0.5 / 3), "PPO-RATIO-2")
     assert_equal(float(ppo.ratio_std(torch.tensor([1.7], dtype=torch.float64))), 0.0, "PPO-RATIO-2",
                  what="a single row")
+
+
+# Two rows have a Bessel-corrected std; only a single row gives 0.
+@pytest.mark.clause("PPO-RATIO-2")
+@pytest.mark.parametrize("rows", [[1.1], [0.9, 1.3], [0.8, 1.0, 1.5]])
+def test_ratio_std_is_bessel_std_from_two_rows(ppo, rows):
+    a = np.array(rows)
+    want = a.std(ddof=1) if len(a) > 1 else 0.0
+    assert_close(ppo.ratio_std(torch.tensor(a, dtype=F64)), want, "PPO-RATIO-2", what=f"ratio_std of {len(a)} row(s)")
 
 
 @pytest.mark.clause("PPO-RATIO-2")

@@ -11,9 +11,21 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_equal, assert_no_grad, assert_rejects, assert_that,
-                                      convention, generator, host, np_approx_kl, np_clip_fraction, on_device, to_numpy,
-                                      tolerance)
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_no_grad,
+    assert_rejects,
+    assert_that,
+    convention,
+    generator,
+    host,
+    np_approx_kl,
+    np_clip_fraction,
+    on_device,
+    to_numpy,
+    tolerance,
+)
 
 HP = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
 

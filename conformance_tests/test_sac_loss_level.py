@@ -1,4 +1,4 @@
-"""SAC at the level libraries are built (issue 10): logits entry points and the loss-level op.
+"""SAC at the level libraries are built: logits entry points and the loss-level op.
 
 Oracles are numpy closed forms written here (legal-set softmax, sums over the legal set, Huber or
 squared error, the analytic gradients); the implementation's other ops are never used as oracles.
@@ -16,9 +16,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_no_grad_into, assert_that, convention, differentiable, masks_supported,
-                                      not_applicable, require_differentiable, require_masks, terminated_truncated,
-                                      grad_of, on_device, working_dtype)
+from conformance_tests.harness import (
+    assert_close,
+    assert_no_grad_into,
+    assert_that,
+    convention,
+    differentiable,
+    grad_of,
+    masks_supported,
+    not_applicable,
+    on_device,
+    require_differentiable,
+    require_masks,
+    terminated_truncated,
+    working_dtype,
+)
 from conformance_tests.modules import TableModule, TwinTable
 from conformance_tests.oracles import huber, masked_softmax, np_
 

@@ -8,15 +8,34 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from rlconform.spec import default_spec
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_dtype, assert_equal, assert_no_grad, assert_that,
-                                      convention, finite_difference, grad_leaves, not_applicable, np_critic_penalty,
-                                      slack)
+from conformance_tests.harness import (
+    assert_close,
+    assert_dtype,
+    assert_equal,
+    assert_no_grad,
+    assert_rejects,
+    assert_that,
+    capability,
+    convention,
+    finite_difference,
+    grad_leaves,
+    not_applicable,
+    np_critic_penalty,
+    slack,
+)
 from conformance_tests.oracles import masked_softmax, np_
 
 EPS = 1e-8
+F64 = torch.float64
+
+
+def spec_default(clause: str, key: str) -> float:
+    """A default's value as the spec states it (never the implementation's own table)."""
+    return float(default_spec().clause(clause).value[key])
 
 
 def _probs_from_logits(z, mask):
@@ -54,6 +73,21 @@ def test_critic_loss_golden_and_no_gradient_into_target(sac):
     loss.backward()
     assert_that(y.grad is None or bool((y.grad == 0).all()), "SAC-CRITIC-1", y.grad, "no gradient into the target y")
     assert_close(q1.grad, [0.5, 3.0] if mse else [0.25, 0.5], "SAC-CRITIC-1", what="dL/dq1 = clip(err, ±1)/B")
+
+
+# A shape error names a clause of the spec exactly: the harness looks only for the expected id as a
+# substring, which a mangled label ("XXSAC-CRITIC-1XX") would still contain.
+@pytest.mark.clause("SAC-INPUT-2", "SAC-CRITIC-1")
+def test_critic_loss_shape_error_names_a_known_clause_exactly(sac):
+    import re
+
+    z = torch.zeros(3, dtype=F64)
+    raised = assert_rejects("SAC-CRITIC-1", sac.raw("critic_loss"), z, z, torch.zeros(4, dtype=F64))
+    if capability("errors_name_clauses", False):
+        named = re.findall(r"\[([A-Za-z0-9-]+)\]", str(raised))
+        known = default_spec().clauses
+        assert_that(bool(named) and all(c in known for c in named) and "SAC-CRITIC-1" in named, "SAC-INPUT-2",
+                    str(raised), "an error labelled [SAC-CRITIC-1], every bracketed id a clause of the spec")
 
 
 # ----------------------------------------------------------------------------- policy loss A
@@ -223,6 +257,14 @@ def test_clamp_log_alpha_keeps_alpha_in_range(sac, log_alpha):
     assert_close(got, min(max(log_alpha, math.log(1e-4)), math.log(2.0)), "SAC-TEMP-3")
 
 
+@pytest.mark.clause("SAC-DEFAULT-3", "SAC-TEMP-3")
+@pytest.mark.parametrize("alpha", [1e-7, 0.5, 50.0])
+def test_clamp_log_alpha_default_range_is_the_spec_range(sac, alpha):
+    lo, hi = spec_default("SAC-DEFAULT-3", "alpha_min"), spec_default("SAC-DEFAULT-3", "alpha_max")
+    got = sac.clamp_log_alpha(torch.tensor(np.log(alpha), dtype=F64))
+    assert_close(got, np.log(min(max(alpha, lo), hi)), "SAC-TEMP-3", what=f"clamp_log_alpha(log {alpha}) at the default range")
+
+
 # ----------------------------------------------------------------------------- CQL
 @pytest.mark.clause("SAC-CQL-1")
 @given(st_.batch_shapes(max_batch=8), st.data(), st.floats(0.0, 1.0))
@@ -279,6 +321,82 @@ def test_bc_loss_golden(sac):
     assert_close(sac.bc_loss(logp, actions, is_demo, lam=0.1), 0.1 * (math.log(2) - math.log(0.75)) / 2, "SAC-BC-1")
     none = sac.bc_loss(logp, actions, torch.zeros(3, dtype=torch.bool), lam=0.1)
     assert_equal(float(none), 0.0, "SAC-BC-1", "a batch with no demo rows")
+
+
+# ----------------------------------------------------------------------------- keyword defaults
+# Every other test passes the keywords, so only a call that omits them sees the defaults: lambda_CQL,
+# lambda_BC and the total losses' switches must be the spec's. A batch of three rows over four actions with
+# distinct Q values, the taken actions spread over the row.
+Q = np.array([[0.3, -1.2, 2.0, 0.7], [1.5, 0.1, -0.4, 3.2], [-2.0, 0.9, 0.0, 1.1]])
+ACTIONS = np.array([2, 0, 3])
+LEGAL = np.array([[True, True, True, False], [True, False, True, True], [False, True, True, True]])
+
+
+def np_cql(q: np.ndarray, actions: np.ndarray, lam: float, legal: np.ndarray | None = None) -> float:
+    """lam (mean over rows of the log-sum-exp over the legal set - mean Q at the taken action)."""
+    lse = logsumexp(np.where(legal, q, -np.inf) if legal is not None else q, axis=-1)
+    return lam * (lse.mean() - q[np.arange(len(actions)), actions].mean())
+
+
+@pytest.mark.clause("SAC-DEFAULT-8", "SAC-CQL-1")
+@pytest.mark.parametrize("legal", [None, LEGAL], ids=["all-actions", "legal-set"])
+def test_cql_penalty_default_weight_is_lambda_cql(sac, legal):
+    mask = None if legal is None else torch.tensor(legal)
+    got = sac.cql_penalty(torch.tensor(Q, dtype=F64), torch.tensor(ACTIONS), legal_mask=mask)
+    assert_close(got, np_cql(Q, ACTIONS, spec_default("SAC-DEFAULT-8", "lambda_cql"), legal), "SAC-CQL-1",
+                 what="cql_penalty without lam (the default must be lambda_CQL = 0.5)")
+
+
+PROBS = np.array([[0.5, 0.3, 0.2, 0.0], [0.1, 0.0, 0.6, 0.3], [0.0, 0.25, 0.25, 0.5]])
+Q2 = Q + np.array([[0.4, -0.3, 0.1, 0.0], [-0.2, 0.5, 0.3, -0.6], [0.2, -0.1, 0.4, 0.3]])
+DEMO = np.array([True, False, True])
+Y = np.array([1.0, -0.5, 2.5])
+
+
+def np_huber(x: np.ndarray, delta: float = 1.0) -> np.ndarray:
+    return np.where(np.abs(x) <= delta, 0.5 * x ** 2, delta * (np.abs(x) - 0.5 * delta))
+
+
+def np_bc(probs: np.ndarray, actions: np.ndarray, demo: np.ndarray, lam: float) -> float:
+    nll = -np.log(probs[np.arange(len(actions)), actions])
+    return lam * nll[demo].mean() if demo.any() else 0.0
+
+
+def np_policy_option_a(probs: np.ndarray, q1: np.ndarray, q2: np.ndarray, legal: np.ndarray, alpha: float) -> float:
+    p = np.where(legal, probs, 1.0)  # log 1 = 0 keeps illegal entries out of the sum below
+    return float(np.mean(np.sum(np.where(legal, probs * (alpha * np.log(p) - np.minimum(q1, q2)), 0.0), -1)))
+
+
+def _t(a, dtype=F64):
+    return torch.tensor(a, dtype=dtype) if np.asarray(a).dtype.kind == "f" else torch.tensor(a)
+
+
+@pytest.mark.clause("SAC-DEFAULT-7", "SAC-BC-1")
+def test_bc_loss_default_weight_is_lambda_bc(sac):
+    probs = np.clip(PROBS, 1e-8, None)
+    got = sac.bc_loss(_t(np.log(probs)), _t(ACTIONS), _t(DEMO))
+    assert_close(got, np_bc(probs, ACTIONS, DEMO, spec_default("SAC-DEFAULT-7", "lambda_bc")), "SAC-BC-1",
+                 what="bc_loss without lam (the default must be lambda_BC = 0.1)")
+
+
+@pytest.mark.clause("SAC-DEFAULT-8", "SAC-CRITIC-2")
+def test_critic_loss_total_defaults_add_cql_with_lambda_cql(sac):
+    """use_cql defaults to on, lam_cql to lambda_CQL, and the log-sum-exp runs over every action."""
+    rows = np.arange(len(ACTIONS))
+    lam = spec_default("SAC-DEFAULT-8", "lambda_cql")
+    want = (np.mean(np_huber(Q[rows, ACTIONS] - Y) + np_huber(Q2[rows, ACTIONS] - Y))
+            + np_cql(Q, ACTIONS, lam) + np_cql(Q2, ACTIONS, lam))
+    got = sac.critic_loss_total(_t(Q), _t(Q2), _t(ACTIONS), _t(Y))
+    assert_close(got, want, "SAC-CRITIC-2", what="critic_loss_total with every keyword at its default")
+
+
+@pytest.mark.clause("SAC-DEFAULT-7", "SAC-POL-3")
+def test_policy_loss_total_default_bc_weight_is_lambda_bc(sac):
+    probs, alpha = np.clip(PROBS, 1e-8, None), 0.3
+    legal = PROBS > 0
+    want = np_policy_option_a(probs, Q, Q2, legal, alpha) + np_bc(probs, ACTIONS, DEMO, spec_default("SAC-DEFAULT-7", "lambda_bc"))
+    got = sac.policy_loss_total(_t(probs), _t(Q), _t(Q2), _t(legal), _t(ACTIONS), _t(DEMO), alpha=alpha)
+    assert_close(got, want, "SAC-POL-3", what="policy_loss_total without lam_bc or p (option A plus BC at lambda_BC)")
 
 
 # ----------------------------------------------------------------------------- gradient isolation

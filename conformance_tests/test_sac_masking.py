@@ -10,8 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_equal, assert_low_precision, assert_rejects, assert_that,
-                                      convention, host, to_numpy)
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_low_precision,
+    assert_rejects,
+    assert_that,
+    convention,
+    host,
+    require_dtype,
+    to_numpy,
+)
+from conformance_tests.test_sac_losses import spec_default
 
 EPS = 1e-8
 
@@ -138,6 +148,20 @@ def test_mismatched_shapes_are_rejected(sac):
     assert_rejects("SAC-INPUT-2", sac.raw("masked_softmax"), torch.zeros(2, 3), torch.ones(2, 4, dtype=torch.bool))
 
 
+# The max shift is subtracted (z - max z): softmax is shift-invariant, so only rounding tells a wrong sign
+# apart. float32 holds 1e7 and 1e7 + 1 exactly but not 2e7 + 1 (spacing 2 above 2^24).
+@pytest.mark.clause("SAC-MASK-1")
+def test_masked_softmax_shift_keeps_large_logits_apart(sac):
+
+    require_dtype(torch.float32)
+    logits = torch.tensor([[1e7, 1e7 + 1.0, 5.0]], dtype=torch.float32)
+    legal = torch.tensor([[True, True, False]])
+    p1 = 1.0 / (1.0 + np.exp(-1.0))  # softmax of the legal pair, whose logits differ by exactly 1
+    want = np.array([[1.0 - p1, p1, spec_default("SAC-DEFAULT-9", "prob_eps")]])
+    assert_close(sac.masked_softmax(logits, legal), want, "SAC-MASK-1", dtype=torch.float32,
+                 what="masked_softmax of legal logits 1e7 and 1e7 + 1 in float32")
+
+
 # ----------------------------------------------------------------------------- legal set
 @st.composite
 def compliance_rows(draw):
@@ -172,6 +196,16 @@ def test_legal_set_golden(sac):
     got = sac.legal_set(comp, eos_index=4, fallback=fallback)
     # row 0: {0, eos} has 2 < 3 legal -> whitelist {1, 2} + eos; row 1: {0, 1, 3, eos} kept
     assert_equal(got, [[False, True, True, False, True], [True, True, False, True, True]], "SAC-LEGAL-2")
+
+
+# The <eos> index must lie in [0, V): index V is rejected as bad input, not left to fail on indexing with an
+# error that names no clause.
+@pytest.mark.clause("SAC-LEGAL-1")
+@pytest.mark.parametrize("eos_index", [-1, 5, 6])
+def test_legal_set_rejects_an_eos_index_outside_the_vocabulary(sac, eos_index):
+
+    comp = torch.tensor([[True, False, True, True, False], [False, False, False, False, True]])
+    assert_rejects("SAC-LEGAL-1", sac.raw("legal_set"), comp, eos_index=eos_index, fallback=torch.ones(5, dtype=torch.bool))
 
 
 # ----------------------------------------------------------------------------- entropy
@@ -218,3 +252,13 @@ def test_entropy_of_uniform_legal_policy_is_log_count(sac):
     p = torch.tensor([[0.25, 0.25, 0.25, 0.25, EPS, EPS]], dtype=torch.float64)
     mask = torch.tensor([[True, True, True, True, False, False]])
     assert_close(sac.entropy(p, mask), [math.log(4)], "SAC-ENT-2")
+
+
+# Called without kappa: the spec's default.
+@pytest.mark.clause("SAC-DEFAULT-3", "SAC-ENT-1")
+def test_target_entropy_default_kappa(sac):
+    legal = torch.tensor([[True, True, False, True], [True, False, False, False], [True, True, True, True]])
+    counts = [3.0, 1.0, 4.0] if convention("target_entropy") == "per_state_legal" else [4.0] * 3  # "scalar": κ log|A|
+    want = spec_default("SAC-DEFAULT-3", "kappa") * np.log(counts)
+    # a bool mask carries no float dtype: the result may come in float32, so float32's tolerance applies
+    assert_close(sac.target_entropy(legal), want, "SAC-ENT-1", dtype=torch.float32, what="target_entropy without kappa")

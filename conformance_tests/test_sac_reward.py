@@ -14,6 +14,9 @@ from scipy.special import logsumexp
 from conformance_tests import strategies as st_
 from conformance_tests.harness import assert_close, assert_equal, assert_that
 from conformance_tests.oracles import np_
+from conformance_tests.test_sac_losses import spec_default
+
+F64 = torch.float64
 
 
 def _pair(shape=(5,)):
@@ -143,6 +146,19 @@ def test_info_nce_query_gradient_golden(sac):
     assert_close(q.grad, [[1.0, -1.0]], "SAC-NCE-2")
 
 
+# Called without tau: the spec's InfoNCE temperature.
+@pytest.mark.clause("SAC-DEFAULT-9", "SAC-NCE-1")
+def test_info_nce_default_temperature(sac):
+    rng = np.random.default_rng(1)
+    q, pos, neg = rng.normal(size=(3, 4)) * 0.3, rng.normal(size=(3, 4)) * 0.3, rng.normal(size=(3, 5, 4)) * 0.3
+    tau = spec_default("SAC-DEFAULT-9", "nce_tau")
+    s_pos = (q * pos).sum(-1) / tau
+    s_all = np.concatenate([s_pos[:, None], np.einsum("bd,bkd->bk", q, neg) / tau], axis=1)
+    want = s_pos - logsumexp(s_all, axis=1)
+    got = sac.info_nce(*(torch.tensor(x, dtype=F64) for x in (q, pos, neg)))
+    assert_close(got, want, "SAC-NCE-1", approx="reduction", what="info_nce with tau at its default")
+
+
 # ----------------------------------------------------------------------------- coverage and bigram
 _HAN = st.text(alphabet="天地人和中国文字春风", min_size=0, max_size=40)
 
@@ -180,6 +196,25 @@ def test_bigram_bonus_is_order_sensitive(sac):
     # "意味" is a word, "味意" is not: the bonus rewards the non-commutative neighbour pair
     assert_equal(float(sac.bigram_bonus("意", "味", {"意味"})), 1.0, "SAC-BIGRAM-1")
     assert_equal(float(sac.bigram_bonus("味", "意", {"意味"})), 0.0, "SAC-BIGRAM-1")
+
+
+# Called without n and the window: the spec's n-gram order and window, on texts of 70 characters over three
+# letters, where both defaults move the value.
+def brute_coverage(agent: str, ref: str, n: int, window: int) -> float:
+    """Share of the agent's n-grams (with multiplicity) in its last `window` characters found in the reference's."""
+    a, r = agent[len(agent) - window:], ref[len(ref) - window:]
+    grams = [a[i:i + n] for i in range(len(a) - n + 1)]
+    ref_grams = {r[i:i + n] for i in range(len(r) - n + 1)}
+    return float(np.mean([g in ref_grams for g in grams])) if grams else 0.0
+
+
+@pytest.mark.clause("SAC-DEFAULT-9", "SAC-COV-1")
+def test_ngram_coverage_default_order_and_window(sac):
+    rng = np.random.default_rng(0)
+    agent, ref = ("".join(rng.choice(list("abc"), 70)) for _ in range(2))
+    n, window = int(spec_default("SAC-DEFAULT-9", "ngram_n")), int(spec_default("SAC-DEFAULT-9", "window"))
+    assert_close(sac.ngram_coverage(agent, ref), brute_coverage(agent, ref, n, window), "SAC-COV-1",
+                 dtype=F64, what="ngram_coverage with n and the window at their defaults")
 
 
 # ----------------------------------------------------------------------------- step reward

@@ -1,5 +1,6 @@
-"""SAC §6-§9 seed gaps: CQL over the legal set, the total critic and policy losses, the order of one
-update, target initialisation, gradient clipping, the PopArt rate range and the negative queue.
+"""SAC §6-§9, on points the seed document leaves open: CQL over the legal set, the total critic and policy
+losses, the order of one update, target initialisation, gradient clipping, the PopArt rate range and the
+negative queue.
 
 The update-step oracle is a from-scratch loop written here: plain torch autograd on the test's own
 copies of the networks, its own masked softmax, Top-p by sorting, Huber, CQL, clipping and SGD.
@@ -17,11 +18,22 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import (assert_close, assert_equal, assert_rejects, assert_that, convention, critic_delta,
-                                      device_leaf, np_critic_penalty, on_device, to_numpy)
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_rejects,
+    assert_that,
+    convention,
+    critic_delta,
+    device_leaf,
+    np_critic_penalty,
+    on_device,
+    to_numpy,
+)
 from conformance_tests.oracles import np_
 
 EPS = 1e-8
+F64 = torch.float64
 
 
 # ----------------------------------------------------------------------------- shared oracles
@@ -564,3 +576,12 @@ def test_pushing_one_key_at_a_time_equals_one_push(sac, n, cap):
         one_by_one = sac.nce_queue_push(one_by_one, keys[i:i + 1], capacity=cap)
     at_once = sac.nce_queue_push(torch.zeros(0, 1, dtype=torch.float64), keys, capacity=cap)
     assert_equal(one_by_one, to_numpy(at_once), "SAC-NCE-4", what="loop vs one push")
+
+
+# Keys of the wrong rank are rejected by the shape guard itself, not left to fail later with an error that
+# names no clause.
+@pytest.mark.clause("SAC-INPUT-2", "SAC-NCE-4")
+def test_nce_queue_push_rejects_keys_of_the_wrong_rank(sac):
+
+    assert_rejects("SAC-NCE-4", sac.raw("nce_queue_push"), torch.zeros(2, 1, dtype=F64),
+                   torch.tensor([1.0, 2.0, 3.0], dtype=F64), capacity=4)

@@ -270,7 +270,7 @@ def report(name: str, runs: list[list[dict]], seeds: list[int], minutes: float |
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlconform.gate import evaluate
+    from rlconform.spec.gates import evaluate
     from rlconform.spec import default_spec
 
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])

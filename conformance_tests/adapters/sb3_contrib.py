@@ -17,6 +17,7 @@ import sys
 import types
 
 from conformance_tests.adapters import distribution_ops
+from conformance_tests.errors import NotApplicable
 
 
 def make() -> types.SimpleNamespace:
@@ -107,7 +108,6 @@ def make() -> types.SimpleNamespace:
         return recs
 
     def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
-        from conformance_tests import NotApplicable
         if eps != 1e-8 or clamp is not None:  # hard-coded `std() + 1e-8`, no clamp (ppo_mask.py:349)
             raise NotApplicable("MaskablePPO normalises with eps 1e-8 and no clamp")
         n, got = advantage.shape[0], {}
@@ -149,7 +149,6 @@ def make() -> types.SimpleNamespace:
                 "kl_approx": torch.tensor(float(got["approx_kl_div"]), dtype=dt)}  # the terms of ppo_mask.py:386
 
     def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
-        from conformance_tests import NotApplicable
         r, v, nv, d = (x.reshape(-1, x.shape[-1]).T.detach() for x in (reward, value, next_value, done))
         d = d.bool()  # [T, envs], the buffer's layout
         # the buffer takes V(s_{t+1}) from the next row (buffers.py:432): only consistent rollouts are representable

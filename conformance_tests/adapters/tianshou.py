@@ -14,6 +14,10 @@ from __future__ import annotations
 import math
 import types
 
+from conformance_tests.adapters._tensordict import default_dtype
+from conformance_tests.errors import NotApplicable
+from conformance_tests.modules import TableModule
+
 CAPABILITIES = {
     "masks": False,  # algorithm/modelfree/discrete_sac.py:74 Categorical(logits=...): no action mask anywhere
     "dtypes": ["float32", "float64"],  # numba kernels run in float64 (algorithm_base.py:1086, :1161), cast back
@@ -42,10 +46,6 @@ def make() -> types.SimpleNamespace:
     from tianshou.algorithm.optim import TorchOptimizerFactory
     from tianshou.data import Batch, ReplayBuffer
     from tianshou.utils.torch_utils import policy_within_training_step
-
-    from conformance_tests.adapters._tensordict import default_dtype
-    from conformance_tests.errors import NotApplicable
-    from conformance_tests.modules import TableModule
 
     frozen = TorchOptimizerFactory(torch.optim.SGD, lr=0.0)  # update() steps; lr 0 keeps every table as given
 

@@ -14,6 +14,9 @@ import math
 import types
 
 from conformance_tests.adapters import distribution_ops
+from conformance_tests.adapters._tensordict import default_dtype, to_tensordict
+from conformance_tests.errors import NotApplicable
+from conformance_tests.modules import TableModule, TwinTable
 
 CAPABILITIES = {
     "masks": True,  # modules/distributions/discrete.py:175 MaskedCategorical(logits, mask=...)
@@ -41,10 +44,6 @@ def make() -> types.SimpleNamespace:
     from torchrl.objectives import ClipPPOLoss, DiscreteSACLoss
     from torchrl.objectives.llm import MCAdvantage
     from torchrl.objectives.value.functional import generalized_advantage_estimate
-
-    from conformance_tests.adapters._tensordict import default_dtype, to_tensordict
-    from conformance_tests.errors import NotApplicable
-    from conformance_tests.modules import TableModule, TwinTable
 
     def actor(policy):
         return ProbabilisticActor(Module(policy, ["observation"], ["logits"]), distribution_class=MaskedCategorical,

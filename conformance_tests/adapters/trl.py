@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import types
 
+from conformance_tests.errors import NotApplicable
+
 
 def make() -> types.SimpleNamespace:
     import collections
@@ -79,7 +81,6 @@ def make() -> types.SimpleNamespace:
         return sapo_weight_signed(ratio, torch.ones_like(ratio), tau_pos=tau, tau_neg=tau)
 
     def aggregate_loss(loss_mat, mask, *, mode="token-mean"):
-        from conformance_tests import NotApplicable
         loss_type = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo"}.get(mode)
         if loss_type is None:  # luspo sums per sequence but counts empty rows; no token-sum type
             raise NotApplicable(f"no TRL loss type aggregates as {mode!r}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import types
 
+from conformance_tests.errors import NotApplicable
+
 
 def make() -> types.SimpleNamespace:
     import numpy as np
@@ -62,7 +64,6 @@ def make() -> types.SimpleNamespace:
         return sapo_weight_signed(ratio, torch.ones_like(ratio), tau_pos=tau, tau_neg=tau)
 
     def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
-        from conformance_tests import NotApplicable
         r, v, nv, d = (x.reshape(-1, x.shape[-1]) for x in (reward, value, next_value, done))
         d, T = d.bool(), r.shape[-1]
         # verl reads V(s_{t+1}) from the next token and ends every row as a terminal (:244-262): one row per

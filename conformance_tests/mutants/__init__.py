@@ -19,6 +19,7 @@ import importlib
 import pkgutil
 from typing import Any, Callable
 
+import reference_impl
 from conformance_tests.impl import override, without  # noqa: F401  (re-exported for mutant modules)
 
 REGISTRY: dict[str, "Mutant"] = {}
@@ -38,8 +39,6 @@ class Mutant:
         return f"conformance_tests.mutants.{self.family}:{self.name}"
 
     def __call__(self):
-        import reference_impl
-
         return self.build(reference_impl.make())
 
 

@@ -6,6 +6,7 @@ import copy
 import torch
 
 from conformance_tests.mutants import mutant, override
+from reference_impl.ccapo.update import make_ccapo_update
 
 
 @mutant("CCAPO-I-1", "CCAPO-STDB-5", doc="v4.0's marginal importance I(E) = N_succ(E)/(N_succ_total + eps) in the STDB lookup.",
@@ -133,7 +134,7 @@ def unseen_anchor_not_zero(ref):
     return override(ref, "ccapo", micro_raw_advantage=micro_raw_advantage)
 
 
-# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+# ----------------------------------------------------------------------------- suite-strength classes
 @mutant("CCAPO-PPO-1", doc="Keyword not forwarded: the objective always uses beta_kl = 0.04 and clip_eps = 0.2.",
         source="a trainer config whose KL coefficient never reaches the loss")
 def objective_ignores_keywords(ref):
@@ -162,8 +163,6 @@ def kl_gradient_into_reference(ref):
 @mutant("CCAPO-UPDATE-1", doc="Gradients accumulate across minibatches: the update loop never zeroes them.",
         source="004 §6; an optimizer.zero_grad() dropped from the loop")
 def gradients_accumulated_across_minibatches(ref):
-    from reference_impl.ccapo.update import make_ccapo_update
-
     def step(optimizer, loss, params, max_grad_norm):
         loss.backward()  # onto whatever the previous minibatches left in .grad
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
@@ -176,8 +175,6 @@ def gradients_accumulated_across_minibatches(ref):
 @mutant("CCAPO-UPDATE-1", doc="The KL term is taken to the sampling (old) policy instead of the reference policy.",
         source="004 §6: D_KL(π_θ‖π_ref), not ‖π_old")
 def kl_against_old_policy(ref):
-    from reference_impl.ccapo.update import make_ccapo_update
-
     def objective(logp_new, mb, *, clip_eps, beta_kl):
         return ref.ccapo.policy_loss(logp_new, mb["logp_old"], mb["logp_old"], mb["advantage"], mb["mask"],
                                      clip_eps=clip_eps, beta_kl=beta_kl)
@@ -210,7 +207,7 @@ def macro_return_in_the_counts_dtype(ref):
 
 
 @mutant("CCAPO-MACRO-1", doc="The group z-score follows the seed's population std in float64 only; the float32 "
-        "path takes torch's default Bessel .std() (issue 27, class 2: a convention honoured for one dtype).",
+        "path takes torch's default Bessel .std() (a convention honoured for one dtype).",
         source="a float32 fast path written with the tensor library's defaults")
 def macro_advantage_bessel_in_float32(ref):
     base = ref.ccapo.macro_advantage

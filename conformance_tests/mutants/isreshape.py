@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from conformance_tests.mutants import mutant, override
+from reference_impl.isreshape.losses import document_policy_loss
 
 
 @mutant("ISR-LOSS-2", "ISR-LOSS-1",
@@ -11,8 +12,6 @@ from conformance_tests.mutants import mutant, override
             "factor, so the loss is a constant and its gradient is zero.",
         source="seed 003 §9")
 def zero_gradient_loss(ref):
-    from reference_impl.isreshape.losses import document_policy_loss
-
     return override(ref, "isreshape", policy_loss=document_policy_loss)
 
 
@@ -76,7 +75,7 @@ def unclamped_ratio(ref):
     return override(ref, "isreshape", importance_ratio=importance_ratio)
 
 
-# ----------------------------------------------------------------------------- seed-gap clauses (issue 9)
+# ----------------------------------------------------------------------------- clauses on points the seed document leaves open
 @mutant("ISR-METRIC-4", doc="SFT weight_mean averaged over every token, padding included (mask ignored).")
 def sft_metrics_ignore_mask(ref):
     def sft_metrics(log_prob, ref_log_prob, response_mask, *, tau=1.0, gamma_sft=0.2, log_ratio_clamp=20.0):
@@ -86,7 +85,7 @@ def sft_metrics_ignore_mask(ref):
     return override(ref, "isreshape", sft_metrics=sft_metrics)
 
 
-# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+# ----------------------------------------------------------------------------- suite-strength classes
 @mutant("ISR-LOSS-1", "ISR-LOSS-2", doc="Keyword not forwarded: the policy loss drops log_ratio_clamp and "
         "mask_eps on the way down and always uses the defaults 20 and 1e-8.",
         source="a wrapper that forwards **only** the keywords it knows")
@@ -114,8 +113,6 @@ def weight_downcast_to_float32(ref):
 @mutant("ISR-STAB-1", doc="In half precision the loss falls back to the document's constant: finite, but with "
         "zero gradient (and the wrong value).", source="seed 003 §9 under a low-precision autocast")
 def half_precision_constant_loss(ref):
-    from reference_impl.isreshape.losses import document_policy_loss
-
     base = ref.isreshape.policy_loss
 
     def policy_loss(log_prob, *args, **kw):
@@ -126,7 +123,7 @@ def half_precision_constant_loss(ref):
     return override(ref, "isreshape", policy_loss=policy_loss)
 
 
-# ----------------------------------------------------------------------------- loss aggregation (issue 10)
+# ----------------------------------------------------------------------------- loss aggregation
 @mutant("ISR-AGG-1", doc="The aggregation mode argument is ignored: always seq-mean-token-mean.",
         source="verl 0.9.1 compute_policy_loss_sapo, core_algos.py:1689 (docs/audits/_research/verl.md, finding 1)")
 def aggregate_ignores_mode(ref):

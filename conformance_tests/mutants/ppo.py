@@ -186,7 +186,7 @@ def per_column_order_check(ref):
 
 
 
-# ----------------------------------------------------------------------------- seed-gap clauses (issue 9)
+# ----------------------------------------------------------------------------- clauses on points the seed document leaves open
 @mutant("PPO-SELFTEST-1", doc="Self-test share counts |new - old| > 2, so drops are counted as jumps.")
 def jump_share_uses_absolute_difference(ref):
     def log_ratio_excess(new_log_prob, old_log_prob, *, threshold=2.0):
@@ -214,7 +214,7 @@ def entropy_trend_endpoints(ref):
     return override(ref, "ppo", entropy_trend=entropy_trend)
 
 
-# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+# ----------------------------------------------------------------------------- suite-strength classes
 @mutant("PPO-DTYPE-1", "PPO-RATIO-1", doc="The ratio is computed in float32 whatever the log-probs' dtype.",
         source="a .float() before exp in a mixed-precision trainer")
 def ratio_in_float32(ref):
@@ -255,14 +255,14 @@ def _normalisation(ref, denominator):
 
 
 @mutant("PPO-ADV-1", doc="eps inside the square root: (A - mean) / sqrt(var + eps), a SHOULD formula the "
-        "implementation provides and computes wrongly (issue 27, class 1: it must fail the audit, not only a test).",
+        "implementation provides and computes wrongly (it must fail the audit, not only a test).",
         source="a common normalisation written from memory")
 def advantage_eps_inside_sqrt(ref):
     return _normalisation(ref, lambda a, eps: torch.sqrt(a.var() + eps))
 
 
 @mutant("PPO-ADV-1", doc="Declares the population std (advantage_std ddof 0) and follows it in float64 only; the "
-        "float32 path takes torch's Bessel .std() (issue 27, class 2: a declaration honoured for one dtype).",
+        "float32 path takes torch's Bessel .std() (a declaration honoured for one dtype).",
         source="a float32 fast path written with the tensor library's defaults")
 def advantage_std_declared_float64_only(ref):
     impl = _normalisation(ref, lambda a, eps: a.std(unbiased=a.dtype != torch.float64) + eps)
@@ -314,7 +314,7 @@ def update_reuses_one_shuffle(ref):
     return override(ref, "ppo", ppo_update=ppo_update)
 
 
-# ----------------------------------------------------------------------------- GAE and the loss level (issue 10)
+# ----------------------------------------------------------------------------- GAE and the loss level
 def _gae_with(ref, **changed):
     """The reference GAE with some of its flags replaced (a function of the original arguments)."""
     def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
@@ -361,7 +361,7 @@ def losses_unclipped_objective(ref):
     return override(ref, "ppo", losses=losses)
 
 
-# ----------------------------------------------------------------------------- mechanisms past a threshold (issue 27, class 5)
+# ----------------------------------------------------------------------------- mechanisms past a threshold
 @mutant("PPO-RATIO-1", doc="The log-ratio clamped at ±20 before exp: a ratio past e^20 comes back as e^20.",
         source="an overflow guard copied from an LM trainer")
 def ratio_with_log_clamp(ref):

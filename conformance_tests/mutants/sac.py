@@ -9,6 +9,7 @@ import math
 import torch
 
 from conformance_tests.mutants import mutant, override
+from reference_impl.sac.step import make_update_step
 
 V1 = "001_1dec206837da3656.txt"
 
@@ -162,7 +163,7 @@ def shaping_without_gamma(ref):
     return override(ref, "sac", shaped_reward=shaped_reward)
 
 
-# ----------------------------------------------------------------------------- seed-gap clauses (issue 9)
+# ----------------------------------------------------------------------------- clauses on points the seed document leaves open
 @mutant("SAC-CQL-1", doc="CQL log-sum-exp over every action, illegal ones included (the legal mask is ignored).",
         source="000 §8 logsumexp_q(phi, o) read literally")
 def cql_over_all_actions(ref):
@@ -192,15 +193,11 @@ def policy_total_without_bc(ref):
 
 @mutant("SAC-STEP-1", doc="Policy step before the critic step: the policy learns against the stale critics.")
 def policy_step_before_critic_step(ref):
-    from reference_impl.sac.step import make_update_step
-
     return override(ref, "sac", update_step=make_update_step(("policy", "critic", "temperature", "target")))
 
 
 @mutant("SAC-STEP-1", doc="Target critics soft-updated before the critic step (and its TD target).")
 def target_update_first(ref):
-    from reference_impl.sac.step import make_update_step
-
     return override(ref, "sac", update_step=make_update_step(("target", "critic", "policy", "temperature")))
 
 
@@ -232,7 +229,7 @@ def queue_keeps_oldest(ref):
     return override(ref, "sac", nce_queue_push=nce_queue_push)
 
 
-# ----------------------------------------------------------------------------- Top-p boundary rules (issue 9)
+# ----------------------------------------------------------------------------- Top-p boundary rules
 def _ranked_select(probs, legal_mask, p, *, higher_id_first=False, keep=lambda before, upto, p: before < p):
     """A plain Top-p selection with the rule's knobs exposed: tie order and the keep test."""
     flip = (lambda t: t.flip(-1)) if higher_id_first else (lambda t: t)
@@ -295,9 +292,9 @@ def top_p_fast_path_without_tie_rule(ref):
     return _override_top_p(ref, select)
 
 
-# ----------------------------------------------------------------------------- suite-strength classes (issue 9)
+# ----------------------------------------------------------------------------- suite-strength classes
 @mutant("SAC-MASK-2", doc="Keyword not forwarded: the masked softmax always clips at the default 1e-8, "
-        "whatever eps the caller passes.", source="the reference's own floor max(eps, 1e-8), before issue 9")
+        "whatever eps the caller passes.", source="the reference's own floor max(eps, 1e-8) in an earlier version")
 def softmax_ignores_eps(ref):
     base = ref.sac.masked_softmax
 
@@ -318,7 +315,7 @@ def critic_loss_in_float32(ref):
     return override(ref, "sac", critic_loss=critic_loss)
 
 
-# ----------------------------------------------------------------------------- library-level ops (issue 10)
+# ----------------------------------------------------------------------------- library-level ops
 def _neg_inf_policy(logits, legal_mask):
     """π and log π of a -inf fill, with sums taken over every action (0·(−inf) = NaN at illegal ones)."""
     log_pi = torch.log_softmax(logits.masked_fill(~legal_mask, float("-inf")), dim=-1)
@@ -387,7 +384,7 @@ def losses_actor_gradient_into_critic(ref):
     return override(ref, "sac", losses=losses)
 
 
-# ----------------------------------------------------------------------------- side effects (issue 27, classes 3, 6)
+# ----------------------------------------------------------------------------- side effects on the caller's state
 @mutant("SAC-LOSSES-1", doc="The loss-level op calls backward itself: gradients are left in the modules' .grad, and "
         "the caller's own backward doubles every one of them.", source="a library loss that also steps")
 def losses_call_backward(ref):
@@ -409,7 +406,7 @@ def update_clamps_a_copy_of_log_alpha(ref):
     return override(ref, "sac", update_step=update_step)
 
 
-# ----------------------------------------------------------------------------- mechanisms past a threshold (issue 27, class 5)
+# ----------------------------------------------------------------------------- mechanisms past a threshold
 @mutant("SAC-TEMP-1", doc="The update also clips the temperature's gradient at the networks' bound (0.5): a large "
         "entropy gap moves log alpha by at most lr·0.5.", source="one clip_grad_norm_ over every optimiser's parameters")
 def temperature_gradient_clipped(ref):

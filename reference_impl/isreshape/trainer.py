@@ -24,11 +24,25 @@ from pathlib import Path
 import torch
 
 from reference_impl import _checks
-from reference_impl.common import RunDir, add_config_flags, arg, config_overrides, progress, seed_everything
+from reference_impl.common import (
+    RunDir,
+    add_config_flags,
+    arg,
+    config_overrides,
+    progress,
+    seed_everything,
+)
 from reference_impl.common import distributed as ddp
 from reference_impl.isreshape.defaults import defaults
-from reference_impl.isreshape.losses import document_policy_loss, loss_metrics, policy_loss
+from reference_impl.isreshape.losses import (
+    document_policy_loss,
+    loss_metrics,
+    policy_loss,
+)
 from reference_impl.isreshape.weights import importance_ratio
+from reference_impl.ppo.losses import (
+    clipped_policy_loss,  # PPO-LOSS-1: the ppo family's baseline
+)
 
 DEFAULTS = defaults()  # ISR-DEFAULT-*
 LOSSES = ("v4", "doc", "ppo")
@@ -102,8 +116,6 @@ def objective(cfg: IsReshapeConfig, log_prob, ref_log_prob, adv, mask) -> torch.
         return policy_loss(log_prob, ref_log_prob, adv, mask, **hp)  # ISR-LOSS-1, ISR-LOSS-2
     if cfg.loss == "doc":
         return document_policy_loss(log_prob, ref_log_prob, adv, mask, **hp)  # ISR-LOSS-1 errata: zero gradient
-    from reference_impl.ppo.losses import clipped_policy_loss  # PPO-LOSS-1, a baseline from the ppo family
-
     r = importance_ratio(log_prob, ref_log_prob)  # ISR-RATIO-1 (differentiable here)
     return clipped_policy_loss(r, adv, clip_eps=cfg.clip_eps)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from reference_impl import _checks
+from reference_impl.sac.masking import float_mask, masked_softmax_fast
 
 
 def _min_q(q1: torch.Tensor, q2: torch.Tensor) -> torch.Tensor:
@@ -156,8 +157,6 @@ def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: floa
 
     Implements: SAC-TOPP-3 (with SAC-MASK-1/2, SAC-TOPP-1).
     """
-    from reference_impl.sac.masking import float_mask, masked_softmax_fast
-
     _check_top_p(logits, legal_mask, p, "SAC-TOPP-3")
     rows, width = logits.shape
     v = logits.new_empty(rows)

@@ -7,7 +7,14 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl import _checks
-from reference_impl.sac.backup import _min_q, _weighted_soft, top_p_probs, top_p_select
+from reference_impl.sac.backup import (
+    _min_q,
+    _weighted_soft,
+    row_blocks,
+    top_p_probs,
+    top_p_select,
+)
+from reference_impl.sac.masking import float_mask
 
 ALPHA_MIN, ALPHA_MAX = 1e-4, 2.0  # SAC-TEMP-3
 
@@ -175,9 +182,6 @@ def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, 
 
     Implements: SAC-CRITIC-2 (SAC-CRITIC-1, SAC-CQL-1).
     """
-    from reference_impl.sac.backup import row_blocks
-    from reference_impl.sac.masking import float_mask
-
     _checks.index_in_range(actions, q_all.shape[-1], "SAC-CRITIC-2", "actions")
     rows = q_all.shape[0]
     idx = actions.long().unsqueeze(-1)

@@ -10,7 +10,7 @@ rows, temperature step on log α, soft target update. Every math line calls a pu
 ``reference_impl.sac`` and cites its clause. Held-out (later-January) text is evaluated every
 ``eval_every`` updates: next-character top-1/top-3 hits, 4-gram coverage and paragraph
 consistency of free generation, against a unigram-frequency baseline (the figures of SAC-GATE-3
-and SAC-GATE-7; the multi-run gates -2 and -8 come from ``reference_impl.sac.suite``).
+and SAC-GATE-7; the multi-run gates -2 and -8 come from ``rlconform.golive``).
 
 Everything after the corpus is read lives on ``--device``: the passages, the environments (legal
 masks, rewards, teacher), the replay buffers and their draws, action sampling, the update (in

@@ -1,1 +1,1 @@
-"""Benchmarks run by ``rlconform bench`` (pytest-benchmark; ``pytest tools/benchmarks --benchmark-only``)."""
+"""Benchmarks, from a checkout: ``python -m pytest tools/benchmarks --benchmark-only`` (pytest-benchmark)."""

@@ -9,7 +9,7 @@ each pytest-benchmark round), and both are timed in thread CPU time, so a busy m
 alike. Before timing, each batch checks that both select the same sets. The ratios plain / reference
 of the medians are printed at the end of the run (see conftest.py).
 
-Run: ``rlconform bench -k top_p`` (or ``python -m pytest tools/benchmarks -k top_p --benchmark-only``).
+Run: ``python -m pytest tools/benchmarks -k top_p --benchmark-only``.
 """
 from __future__ import annotations
 

@@ -2,15 +2,14 @@
 
     nice -n 19 python tools/mutation/run.py                       # every module in config.yaml, in order
     nice -n 19 python tools/mutation/run.py --modules reference_impl/sac/losses.py --until 18:05
-    nice -n 19 python tools/mutation/run.py --sync-paths conformance_tests/test_sac_mutation_gaps.py
+    nice -n 19 python tools/mutation/run.py --sync-paths conformance_tests/test_sac_losses.py
     python tools/mutation/run.py --export-only                    # rewrite results.json from the cache
     python tools/mutation/run.py --verify-kills                   # survivors that new tests kill -> verified.json
     python tools/mutation/render.py                               # docs/mutation/index.md from results.json
 
 Needs ``pip install mutmut==2.5.1 torch==2.13.0`` and the package installed (``pip install -e .``): mutmut 2
-runs a shell-free test command per mutant, which a warm fork server (:mod:`rlconform.forkserver`) answers in
-a fraction of pytest's start-up time. The server preloads only third-party modules: each run imports ours
-afresh from the snapshot, where mutmut has just written the mutant.
+runs a shell-free test command per mutant, a fresh ``python -m pytest`` that imports the snapshot, where
+mutmut has just written the mutant.
 
 mutmut 2 mutates files in place, and several people share this working tree, so the driver never
 mutates it: it copies the repository into a snapshot (``--workdir``, default
@@ -92,40 +91,12 @@ def restore_backups(tree: Path) -> None:
 
 
 def test_files(cfg: dict, module: str, tree: Path) -> list[str]:
-    family = Path(module).parts[1]
-    files = [f"conformance_tests/{f}" for f in cfg["modules"][module]]
-    files += sorted(str(p.relative_to(tree)) for p in (tree / "conformance_tests").glob(f"test_{family}_mutation_gaps.py"))
-    return list(dict.fromkeys(files))
-
-
-# Our packages (the one mutmut rewrites, and those that import it): the fork server never holds them, so
-# every test run imports them from the snapshot, mutant included.
-OURS = ("reference_impl", "conformance_tests", "rlconform", "tools", "mutmut_config")
-_SERVER: dict = {}  # {"server": ForkServer} while the warm fork server runs
+    return list(dict.fromkeys(f"conformance_tests/{f}" for f in cfg["modules"][module]))
 
 
 def runner(cfg: dict, module: str, tree: Path) -> str:
-    """The test command: through the warm fork server when it runs (its client falls back to plain
-    pytest if the server is gone), else plain ``python -m pytest``."""
-    pytest = [sys.executable, "-m", "pytest", *cfg["pytest_args"], *test_files(cfg, module, tree)]
-    if _SERVER:
-        return shlex.join([sys.executable, "-m", "rlconform.forkserver", "run", _SERVER["server"].sock, "--", *pytest])
-    return shlex.join(pytest)
-
-
-def start_server(cfg: dict, tree: Path, files: list[str], timeout: float = 900) -> None:
-    """Start the fork server in the snapshot: it preloads what collecting ``files`` imports (torch,
-    hypothesis, ...), ours excepted. It lives until :func:`stop_server` or until this process ends."""
-    from rlconform.forkserver import ForkServer, ForkServerError
-
-    t0 = time.monotonic()
-    try:
-        server = ForkServer(discover=files, exclude=OURS, env=env_for(cfg), cwd=tree, start_timeout=timeout)
-    except ForkServerError as e:
-        log(f"{e}\nfalling back to one pytest process per mutant")
-        return
-    _SERVER["server"] = server
-    log(f"fork server up in {time.monotonic() - t0:.0f}s (socket {server.sock})")
+    """The test command: plain ``python -m pytest`` on the module's test files, in the snapshot."""
+    return shlex.join([sys.executable, "-m", "pytest", *cfg["pytest_args"], *test_files(cfg, module, tree)])
 
 
 def env_for(cfg: dict) -> dict:
@@ -379,15 +350,9 @@ def stop_child() -> None:
     restore_backups(tree)
 
 
-def stop_server() -> None:
-    if _SERVER:
-        _SERVER.pop("server").close()
-
-
 def _on_signal(signum, _frame):
     log(f"signal {signum}: stopping; the cache keeps every finished mutant")
     stop_child()
-    stop_server()
     raise SystemExit(130)
 
 
@@ -422,7 +387,6 @@ def main(argv=None) -> int:
                     help="copy only these files (relative to the repository) into the snapshot, e.g. a new test")
     ap.add_argument("--until", help="UTC HH:MM: stop (resumably) at this time")
     ap.add_argument("--every", type=float, default=60, help="seconds between progress lines / results exports")
-    ap.add_argument("--no-server", action="store_true", help="one plain pytest process per mutant (slower)")
     ap.add_argument("--reset", nargs="*", default=[], metavar="MODULE",
                     help="forget these modules' verdicts first (after their test files changed in config.yaml)")
     ap.add_argument("--verify-kills", action="store_true",
@@ -467,8 +431,6 @@ def main(argv=None) -> int:
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     for cache_dir in tree.rglob("__pycache__"):  # bytecode of an earlier mutant must never be reused
         shutil.rmtree(cache_dir, ignore_errors=True)
-    if not args.no_server:
-        start_server(cfg, tree, test_files(cfg, selected[0], tree))
     failed = []
     for module in selected:
         if past(until):
@@ -479,7 +441,6 @@ def main(argv=None) -> int:
             continue
         state_path.write_text(json.dumps(state, indent=1))
         run_module(cfg, module, tree, args.workdir / "logs", until=until, every=args.every, selected=selected)
-    stop_server()
     export(cfg, tree, selected)
     log(f"wrote {RESULTS}; red baselines: {failed or 'none'}")
     return 1 if failed else 0

@@ -12,24 +12,36 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import functools
 import json
 import os
 import platform
 import random
 import re
-import shlex
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from rlconform.expectations import load_expectations
-from rlconform.spec import SEVERITIES, SEVERITY_MEANING, Spec, default_spec, worst_severity
+import conformance_tests
+import rlconform
+from conformance_tests.expectations import load_expectations
+from conformance_tests.layout import clause_test_files
+from conformance_tests.options import DEFAULT_TIMEOUT
+from conformance_tests.outcomes import KIND_RANK
+from conformance_tests.preflight import git_commit, resolve_impl_string
+from rlconform import launch
+from rlconform.spec import (
+    SEVERITIES,
+    SEVERITY_MEANING,
+    Spec,
+    default_spec,
+    worst_severity,
+)
 
 # Exit codes of `rlconform audit` (documented in the README).
 EXIT_OK, EXIT_MUST_FAILED, EXIT_USAGE, EXIT_IMPL, EXIT_SUITE = 0, 1, 2, 3, 4
@@ -40,8 +52,6 @@ STATUSES = ("fail", "error", "timeout", "deviation", "expected_fail", "not_run",
 FAILED = ("fail", "error", "timeout")
 _ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT", "expected_fail": "XFAIL",
          "not_applicable": "N/A", "not_run": "NOT RUN", "untested": "UNTESTED", "deviation": "DEVIATION"}
-# How much a failing test tells a reader: a hand-computed golden value first, a property last.
-KIND_RANK = {"golden": 0, "example": 1, "property": 2}
 _STATUS_RANK = {"error": 0, "timeout": 1, "fail": 2, "expected_fail": 3}
 HANG_GRACE = 30.0  # seconds past a test's own budget before the watchdog kills the child
 _INI = """[pytest]
@@ -59,109 +69,11 @@ class SuiteError(RuntimeError):
     """The suite itself could not run (internal error, crash): exit 4, never a verdict."""
 
 
-@functools.lru_cache(maxsize=1)
-def suite_collection() -> tuple[dict[str, tuple[str, ...]], set[str]]:
-    """(nodeid -> clause ids, meta node ids) of the whole suite. Collecting it takes seconds, so it is
-    kept in the user's cache directory under a key of everything it depends on (the test files, the
-    installed packages, the Python); concurrent processes collect once, the others wait and read."""
-    from rlconform.coverage import collect_tests
-
-    cache = _collection_cache_file()
-    with contextlib.ExitStack() as stack:
-        if cache is not None:
-            stack.enter_context(file_lock(cache.with_suffix(".lock")))
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                data = json.loads(cache.read_text(encoding="utf-8"))
-                return {k: tuple(v) for k, v in data["marks"].items()}, set(data["meta"])
-        marks, code, _, meta = collect_tests()
-        if cache is not None and code == 0:  # a broken collection is never kept
-            _keep_collection(cache, marks, meta)
-    return marks, meta
-
-
-def _keep_collection(cache: Path, marks: dict[str, tuple[str, ...]], meta: set[str]) -> None:
-    with contextlib.suppress(OSError):
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"marks": marks, "meta": sorted(meta)}), encoding="utf-8")
-        tmp.replace(cache)
-
-
-def seed_suite_collection(marks: dict[str, tuple[str, ...]], meta: set[str]) -> None:
-    """Keep the collection of a pytest session that collected the whole suite anyway (the suite's own
-    run), so that its audits read it instead of collecting again. The caller vouches that it is whole."""
-    cache = _collection_cache_file()
-    if cache is None:
-        return
-    # never waits: the holder is collecting (maybe this very session, inside suite_collection) and keeps it
-    with file_lock(cache.with_suffix(".lock"), wait=False) as locked:
-        if locked and not cache.exists():
-            _keep_collection(cache, marks, meta)
-
-
-def _collection_cache_file() -> Path | None:
-    """Where this suite's collection is cached (None: no writable cache directory)."""
-    import hashlib
-    import importlib.metadata
-
-    import conformance_tests
-
-    root = Path(conformance_tests.__file__).resolve().parent
-    h = hashlib.sha256(f"{sys.executable}|{sys.version}|{os.environ.get('RLCONFORM_SITE_TESTS')}".encode())
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-    # a set: a distribution seen twice (a directory twice on sys.path, as pytest's rootdir insertion does) is one
-    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()})
-    h.update("\n".join(dists).encode())
-    try:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlconform"
-        base.mkdir(parents=True, exist_ok=True)
-    except (OSError, RuntimeError):  # no writable cache directory, or no home directory at all
-        return None
-    return base / f"collection-{h.hexdigest()[:24]}.json" if os.access(base, os.W_OK) else None
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, *, wait: bool = True):
-    """An exclusive lock on ``path`` between processes for the block; yields whether it holds one (no
-    ``fcntl``: not POSIX, False, and the caller must not share what it writes; ``wait=False``: also
-    False at once when another holds it, this process included). Released when the file closes, also
-    when the holder dies."""
-    try:
-        import fcntl
-    except ImportError:
-        yield False
-        return
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-
-
-@functools.lru_cache(maxsize=1)
-def _clause_files() -> dict[str, frozenset[str]]:
-    """clause id -> the test files that check it against an implementation (meta-tests left out)."""
-    import conformance_tests
-
-    root = Path(conformance_tests.__file__).resolve().parent
-    marks, meta = suite_collection()
-    out: dict[str, set[str]] = {}
-    for nodeid, clauses in marks.items():
-        if nodeid in meta:
-            continue
-        path = str(root / Path(nodeid.split("::")[0]).name)
-        for c in clauses:
-            out.setdefault(c, set()).add(path)
-    return {c: frozenset(v) for c, v in out.items()}
-
-
-def reference_only_clauses() -> frozenset[str]:
-    """Clauses the suite checks only with meta-tests, on the reference's own machinery (the STDB store,
-    the trainers): no operation of the contract reaches them, so an audit leaves them out of its verdict."""
-    marks, meta = suite_collection()
-    return frozenset({c for cl in marks.values() for c in cl} - set(_clause_files()))
+def reference_only_clauses(spec: Spec | None = None) -> frozenset[str]:
+    """Clauses no operation of the contract reaches (``audited: false`` in the spec): the reference's own
+    machinery is checked against them, and an audit leaves them out of its verdict."""
+    spec = spec or default_spec()
+    return frozenset(c for c, clause in spec.clauses.items() if not clause.audited)
 
 
 IMPORT_PATH_VAR = "RLCONFORM_IMPORT_PATH"  # read by conformance_tests.plugin in the child and its workers
@@ -184,63 +96,6 @@ def child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(import_path())
     env[IMPORT_PATH_VAR] = env["PYTHONPATH"]
     return env
-
-
-# ----------------------------------------------------------------------------- warm children
-_warm: dict[str, Any] = {"depth": 0, "server": None, "failed": False}
-# What a child's pytest imports before the test modules (which are never preloaded, so pytest still
-# rewrites their asserts). Named rather than discovered by a trial collection, which would cost the
-# server's start 5 s; a module missing here is imported by each child: slower, never different.
-_WARM_MODULES = ["torch", "numpy", "hypothesis", "pytest", "xdist.plugin", "_hypothesis_pytestplugin",
-                 "torch._dynamo",  # imported by an optimizer's first step: about 1 s of every training test
-                 "scipy.optimize", "scipy.differentiate",  # IS-Reshape oracles: 0.16 s and 260 modules per child
-                 "conformance_tests.plugin", "conformance_tests.runtime", "conformance_tests.harness",
-                 "conformance_tests.oracles", "conformance_tests.stdb_backends", "rlconform.audit",
-                 *(f"{pkg}.{family}" for pkg in ("conformance_tests.strategies", "conformance_tests.contract",
-                                                 "conformance_tests.mutants", "reference_impl")
-                   for family in ("sac", "ppo", "isreshape", "ccapo"))]
-
-
-@contextlib.contextmanager
-def warm_children():
-    """While the block runs, :func:`run_suite` forks its children from one warm server (started on first
-    use, closed when the outermost block ends) instead of starting a fresh Python for each: for callers
-    that run many short audits (the mutants, the suite's own meta-tests). A server that cannot start
-    or dies leaves plain child processes: slower, never a different verdict."""
-    _warm["depth"] += 1
-    try:
-        yield
-    finally:
-        _warm["depth"] -= 1
-        if not _warm["depth"] and _warm["server"] is not None:
-            _warm["server"].close()
-            _warm["server"], _warm["failed"] = None, False
-
-
-def _warm_server():
-    from rlconform.forkserver import ForkServer, ForkServerError
-
-    server = _warm["server"]
-    if server is not None and not server.alive:
-        server.close()
-        server = _warm["server"] = None
-    if server is None and not _warm["failed"]:
-        try:
-            server = _warm["server"] = ForkServer(_WARM_MODULES, call=["rlconform.spec:default_spec"], env=child_env())
-        except ForkServerError as e:
-            _warm["failed"] = True
-            print(f"rlconform: {e}; starting each audit child afresh", file=sys.stderr)
-    return server
-
-
-def _launch(server, args: list[str], **popen_kw):
-    """The child pytest: forked from ``server`` (see :func:`_current_server`), else a new process."""
-    return server.popen(args, **popen_kw) if server is not None else subprocess.Popen(args, **popen_kw)
-
-
-def _current_server():
-    """The warm server inside :func:`warm_children`, else None."""
-    return _warm_server() if _warm["depth"] else None
 
 
 @dataclasses.dataclass
@@ -305,12 +160,8 @@ class _Run:
 
 
 def _child_args(tmp: Path, targets: list[str], *, impl, profile, device, clauses, families, expectations,
-                jobs, timeout, seed, events: Path, skip: Path, extra: Iterable[str],
-                worker_python: str | None = None) -> list[str]:
-    """The child pytest's command line. ``worker_python``: the command xdist starts each worker with
-    (see :func:`_worker_python`); None: a plain interpreter (``-n``)."""
-    import conformance_tests
-
+                jobs, timeout, seed, events: Path, skip: Path, extra: Iterable[str]) -> list[str]:
+    """The child pytest's command line."""
     # rootdir above the package, so node ids name their file; the ini file is our own, not the caller's
     rootdir = Path(conformance_tests.__file__).resolve().parent.parent
     args = [sys.executable, "-m", "pytest", *targets, "-c", str(tmp / "pytest.ini"), "--rootdir", str(rootdir),
@@ -323,18 +174,8 @@ def _child_args(tmp: Path, targets: list[str], *, impl, profile, device, clauses
         if value not in (None, ""):
             args += [f"--rlconform-{flag}", str(value)]
     if jobs and jobs > 1:
-        dist = ["--dist", "load", "--tx", f"{jobs}*popen//python={worker_python}"] if worker_python else ["-n", str(jobs)]
-        args += ["-p", "xdist.plugin", *dist]
+        args += ["-p", "xdist.plugin", "-n", str(jobs)]
     return args + list(extra)
-
-
-def _worker_python(server) -> str | None:
-    """xdist's worker command when the audit child forks from a warm server: its workers are forked from
-    the same server (``python -u -c BOOTSTRAP`` through the server's client, about 3 s of imports saved per
-    worker). None without a server, or for a socket path xdist's ``//``-separated spec cannot carry."""
-    if server is None or "//" in server.sock:
-        return None
-    return shlex.join([sys.executable, "-m", "rlconform.forkserver", "run", server.sock, "--", sys.executable])
 
 
 def run_suite(
@@ -360,9 +201,6 @@ def run_suite(
     restarted on the tests not yet run; ``budget`` bounds the whole run (what is left is *not run*);
     Ctrl-C stops the child and returns what ran, marked interrupted.
     """
-    from conformance_tests.preflight import resolve_impl_string
-    from conformance_tests.runtime import DEFAULT_TIMEOUT
-
     impl = resolve_impl_string(impl)  # always named: the plugin activates in an xdist controller too
     if expectations:  # the child runs in a temporary directory: a relative path would name nothing there
         expectations = str(Path(expectations).resolve())
@@ -371,9 +209,10 @@ def run_suite(
     if profile == "release" and seed is None:  # drawn here, so a resumed child and the report share it
         seed = random.SystemRandom().randrange(2**32)
     clauses = list(clauses or ())
-    files = sorted(set().union(*(_clause_files().get(c, frozenset()) for c in clauses))) if clauses else []
-    targets = files or ["--pyargs", "conformance_tests"]
+    fams = {default_spec().clause(c).family for c in clauses} if clauses else (set(families) if families else None)
+    targets = [str(f) for f in clause_test_files(fams)]
     per_test = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    launch.prepare()  # a forkserver's start-up is no test's time
     state, started = _Run(), time.time()
     hung: list[str] = []
     crashed: list[str] = []
@@ -387,16 +226,13 @@ def run_suite(
         proc = None
         try:
             while True:
-                server = _current_server()
                 args = _child_args(tmp, targets, impl=impl, profile=profile, device=device, clauses=clauses,
                                    families=families, expectations=expectations, jobs=jobs, timeout=timeout,
-                                   seed=seed, events=events, skip=skip, extra=extra,
-                                   worker_python=_worker_python(server))
+                                   seed=seed, events=events, skip=skip, extra=extra)
                 try:
                     env = {**child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"),
                            "RLCONFORM_FAULT_LOG": str(tmp / "fault.txt")}
-                    proc = _launch(server, args, cwd=tmp, env=env, stdout=log_file,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                    proc = launch.start(args, cwd=tmp, env=env, stdout=log_file.name)
                     state.finished = None
                     reason = _watch(proc, state, events, on_event, per_test + grace if per_test else 0, started,
                                     budget)
@@ -597,12 +433,6 @@ def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
 
 
 def _versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    from conformance_tests.preflight import git_commit
-
-    import rlconform
-
     try:
         version = metadata.version("rlconform")
     except metadata.PackageNotFoundError:

@@ -13,13 +13,13 @@ import io
 
 import pytest
 
+from conformance_tests.marks import item_clauses
+from rlconform.inventory import check_inventory
 from rlconform.spec import Spec, default_spec
 
 
 def clause_marks(items) -> tuple[dict[str, tuple[str, ...]], set[str]]:
     """nodeid -> clause ids of collected pytest items, and the node ids of the meta-tests among them."""
-    from conformance_tests.runtime import item_clauses
-
     return ({it.nodeid: item_clauses(it) for it in items},
             {it.nodeid for it in items if it.get_closest_marker("meta") is not None})
 
@@ -74,6 +74,4 @@ def coverage(spec: Spec | None = None) -> dict:
 
 def inventory_coverage(spec: Spec | None = None, directory=None) -> dict:
     """The inventory check alone (no test collection): see :func:`rlconform.inventory.check_inventory`."""
-    from rlconform.inventory import check_inventory
-
     return check_inventory(spec or default_spec(), directory)

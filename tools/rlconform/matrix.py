@@ -19,7 +19,14 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import Callable, Iterable
 
+import conformance_tests.adapters
+from conformance_tests.preflight import PreflightError
+from conformance_tests.preflight import run as preflight
+from rlconform import audit
+from rlconform.provenance import render_markdown as stamp_md
+from rlconform.provenance import stamp as make_stamp
 from rlconform.spec import SEVERITIES, SEVERITY_MEANING, Spec, default_spec
+from rlconform.spec.yamlfile import load_yaml, validate
 
 # The cell values, worst first (the order of the Markdown legend).
 CELLS = ("fail", "deviation", "pass", "not_applicable", "not_run")
@@ -32,8 +39,6 @@ FINDINGS = _ROOT / "docs" / "audits" / "findings"  # the published finding pages
 
 def _pins_path() -> Path:
     """pins.yaml as installed (package data of conformance_tests.adapters), a checkout or a wheel alike."""
-    import conformance_tests.adapters
-
     return Path(conformance_tests.adapters.__file__).resolve().parent / "pins.yaml"
 
 
@@ -196,8 +201,6 @@ def _read_in_source(findings_dir: Path, lib: str) -> dict[str, list[str]]:
 
 
 def render_markdown(matrix: dict) -> str:
-    from rlconform.provenance import render_markdown as stamp_md
-
     libs = matrix["libraries"]
     names = list(libs)
     lines = ["# Audit matrix", "", stamp_md(matrix["stamp"]), ""]
@@ -245,8 +248,6 @@ def render_markdown(matrix: dict) -> str:
 
 
 def load_pins(path: Path = PINS) -> dict[str, dict[str, list[str]]]:
-    from rlconform.yamlfile import load_yaml, validate
-
     data, lines = load_yaml(path)
     validate(data or {}, _PINS_SCHEMA, path, lines)
     return {lib: {"findings": sorted(v.get("findings") or []), "deviations": sorted(v.get("deviations") or [])}
@@ -285,10 +286,6 @@ def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs
 
     Finding pages are looked up in ``findings`` (default: ``out/findings`` if it exists, else the
     published pages of the checkout)."""
-    from conformance_tests.preflight import PreflightError, run as preflight
-    from rlconform import audit
-    from rlconform.provenance import stamp as make_stamp
-
     spec = default_spec()
     chosen = [adapter(lib) for lib in libraries] if libraries else list(ADAPTERS)
     columns: dict[str, dict] = {}

@@ -6,7 +6,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
-from rlconform.audit import FAILED, clause_report, run_suite, warm_children
+from rlconform import launch
+from rlconform.audit import FAILED, clause_report, run_suite
 
 KILLED = FAILED
 
@@ -33,6 +34,7 @@ class MutantResult:
 
 
 def select(names: Iterable[str] | None = None, families: Iterable[str] | None = None):
+    # the mutants build on the reference (torch): imported when chosen, so the CLI starts without torch
     from conformance_tests.mutants import discover
 
     reg = discover()
@@ -60,7 +62,7 @@ def run_mutant(m, *, full: bool = False, profile: str = "mutant") -> MutantResul
 
 def run_mutants(mutants, *, jobs: int | None = None, full: bool = False, profile: str = "mutant",
                 on_result: Callable[[MutantResult], None] | None = None) -> list[MutantResult]:
-    """Every mutant, ``jobs`` at a time, in order; each is its own pytest process, forked from one warm server."""
+    """Every mutant, ``jobs`` at a time, in order; each is its own pytest process, forked from the warm forkserver."""
     mutants = list(mutants)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(mutants) or 1))
 
@@ -70,5 +72,5 @@ def run_mutants(mutants, *, jobs: int | None = None, full: bool = False, profile
             on_result(result)
         return result
 
-    with warm_children(), ThreadPoolExecutor(jobs) as pool:
+    with launch.warm(), ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(one, mutants))

@@ -14,6 +14,9 @@ import sys
 from importlib import metadata
 from typing import Iterable, Sequence
 
+import rlconform
+from conformance_tests.preflight import git_commit
+
 # Packages whose versions matter for every page; callers add the libraries they exercised.
 BASE_PACKAGES = ("rlconform", "torch", "hypothesis", "numpy")
 
@@ -29,9 +32,6 @@ def stamp(command: str | Sequence[str] | None = None, *, packages: Iterable[str]
           extra: dict | None = None) -> dict:
     """The facts of this run: UTC date, rlconform commit, Python, platform, thread count and package
     versions. ``command`` defaults to the current process's command line."""
-    import rlconform
-    from conformance_tests.preflight import git_commit
-
     if command is None:
         command = [os.path.basename(sys.argv[0]) or "python", *sys.argv[1:]]
     if not isinstance(command, str):

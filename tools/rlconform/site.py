@@ -33,7 +33,13 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from rlconform.spec import exact_reason
+from conformance_tests import contract
+from rlconform.audit import clause_report, render_checklist, run_suite
+from rlconform.cli import build_parser
+from rlconform.coverage import collect_tests
+from rlconform.provenance import render_markdown, stamp
+from rlconform.spec import exact_reason, load_spec
+from rlconform.traceability import traceability_page
 
 REPO = Path(__file__).resolve().parents[2]
 AUDIT_ENV = "RLCONFORM_AUDIT_REPORT"
@@ -529,7 +535,7 @@ def defaults_page(spec) -> str:
     page = "spec/defaults.md"
     out = ["# Defaults", "",
            "Default hyper-parameters are clauses of kind `default`; each maps keys of the family's "
-           "`defaults()` operation to values, and `test_defaults_and_gates.py` checks an implementation's "
+           "`defaults()` operation to values, and `test_defaults.py` checks an implementation's "
            "`defaults()` against them.", ""]
     for fam, f in spec.families.items():
         rows = [c for c in f.clauses if c.kind == "default"]
@@ -565,14 +571,10 @@ def gates_page(spec) -> str:
 
 # ------------------------------------------------------------------------------ contract pages
 def contract_families() -> list[str]:
-    from conformance_tests import contract
-
     return [f for f in contract.FAMILIES if contract.available(f)]
 
 
 def contract_page(family: str) -> str:
-    from conformance_tests import contract
-
     proto = contract.protocol(family)
     mod = sys.modules[proto.__module__]
     out = [f"# {family} contract", "",
@@ -848,16 +850,12 @@ def reference_report() -> tuple[dict | None, str]:
     if src:
         return json.loads(Path(src).read_text(encoding="utf-8")), f"rendered from `{Path(src).name}`"
     if "report" not in _AUDIT_CACHE:
-        from rlconform.audit import clause_report, run_suite
-
         _AUDIT_CACHE["report"] = clause_report(run_suite())
     return _AUDIT_CACHE["report"], "run at build time (`run_suite()`, profile `ci`)"
 
 
 def checklist_markdown(report: dict, spec, page: str) -> str:
     """render_checklist's Markdown, one heading level down, clause ids linked to their anchors."""
-    from rlconform.audit import render_checklist
-
     md = render_checklist(report, spec)
     md = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
     md = md.split("\n", 1)[1] if md.startswith("## rlconform audit") else md
@@ -877,8 +875,6 @@ def reference_audit_page(spec) -> str:
 
 def reference_stamp(report: dict | None) -> str:
     """Provenance of the reference page: this build's commit and versions, and when the audit finished."""
-    from rlconform.provenance import render_markdown, stamp
-
     info = (report or {}).get("run_info", {})
     facts = stamp("python -m rlconform.site build" + (f" --report {Path(os.environ[AUDIT_ENV]).name}"
                                                       if os.environ.get(AUDIT_ENV, "skip") != "skip" else ""),
@@ -960,8 +956,6 @@ def families_table(spec) -> str:
 
 def cli_help() -> str:
     """`rlconform --help` and every subcommand's help, as written by argparse."""
-    from rlconform.cli import build_parser
-
     parser = build_parser()
     blocks = []
 
@@ -1119,8 +1113,6 @@ def clean_search_index(site_dir: Path) -> int:
 
 # ----------------------------------------------------------------------------------- the hooks
 def _nav_sections(docs_dir: Path) -> dict[str, list]:
-    from rlconform.spec import load_spec
-
     spec = load_spec()
     audits = third_party_audits(docs_dir)
     spec_nav = [{"Overview": "spec/index.md"}] + [{f: f"spec/{f}.md"} for f in spec.families] + [
@@ -1199,7 +1191,8 @@ _STATE: dict[str, Any] = {}
 
 
 # Guide pages that exist only once their feature has landed.
-GUIDE_EXTRA = (("STDB on PostgreSQL", "stdb-postgresql.md"), ("Scaling out", "scaling-out.md"))
+GUIDE_EXTRA = (("STDB on PostgreSQL", "stdb-postgresql.md"), ("Scaling out", "scaling-out.md"),
+               ("Contributing: the layers", "contributing.md"))
 
 
 def on_config(config, **kwargs):
@@ -1226,12 +1219,8 @@ def on_config(config, **kwargs):
 
 def generated_pages(docs_dir: Path) -> tuple[dict[str, str | bytes], list[str]]:
     """Every generated file (docs-relative path -> content) and the source pages they replace."""
-    from rlconform.audit import suite_collection
-    from rlconform.spec import load_spec
-    from rlconform.traceability import traceability_page
-
     spec = load_spec()
-    marks, _ = suite_collection()  # cached: the audits of the same test files collected it already
+    marks = collect_tests()[0]
     tests = tests_by_clause(marks)
     figures = make_figures()
     pages: dict[str, str | bytes] = {
@@ -1352,8 +1341,6 @@ def provenance_markdown(docs_dir: Path, src_uri: str, markdown: str) -> str | No
     """The provenance admonition for a stamped page (None when the page already carries one)."""
     if 'info "Provenance"' in markdown:
         return None
-    from rlconform.provenance import render_markdown
-
     here = (docs_dir / src_uri).parent
     files = data_files(docs_dir, src_uri)
     shown = files[:MAX_DATA_LINKS]
@@ -1387,8 +1374,6 @@ def insert_after_title(markdown: str, block: str) -> str:
 def on_page_markdown(markdown, page, config, files, **kwargs):
     src = page.file.src_uri
     if "<!-- rlconform:" in markdown:
-        from rlconform.spec import load_spec
-
         spec = load_spec()
         for marker, render in MARKERS.items():
             if marker in markdown:

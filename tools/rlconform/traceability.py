@@ -8,6 +8,7 @@ metric, so a gate nothing produces is visible.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 from pathlib import Path
 
@@ -28,9 +29,7 @@ def _link(spec: Spec, cid: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _reference_sources() -> str:
-    import reference_impl
-
-    root = Path(reference_impl.__file__).parent
+    root = Path(importlib.util.find_spec("reference_impl").origin).parent  # its files, without importing torch
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py")))
 
 

@@ -1,6 +1,6 @@
 """Regenerate docs/results/sac from a finished suite and the n-gram ceiling probe.
 
-    python -m reference_impl.sac.suite --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 6
+    python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 6
     python docs/results/sac/ngram_ceiling.py CEILING.jsonl --windows 1 2 4 8
     python docs/results/sac/reevaluate.py SUITE REEVAL.jsonl     # optional: figures added after the suite ran
     python docs/results/sac/build.py SUITE CEILING.jsonl [REEVAL.jsonl [SUPERVISED.jsonl [EXTRA_DIR]]]
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlconform import gate
+from rlconform.spec import gates as gate
 from rlconform.provenance import render_markdown, stamp
 
 HERE = Path(__file__).resolve().parent
@@ -129,7 +129,7 @@ def main(suite: str, ceiling_path: str, reeval_path: str | None = None, supervis
         data.insert(3, "supervised.jsonl")
     subprocess.run([sys.executable, str(HERE / "plot_curves.py"), str(HERE / "curves.jsonl"), str(HERE / "ceiling.jsonl"),
                     str(HERE / "curves.png")], check=True)
-    cmd = ("python -m reference_impl.sac.suite --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 6; "
+    cmd = ("python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 6; "
            "python docs/results/sac/ngram_ceiling.py CEILING.jsonl --windows 1 2 4 8; "
            "python docs/results/sac/reevaluate.py SUITE REEVAL.jsonl; "
            "python docs/results/sac/supervised_probe.py SUPERVISED.jsonl --steps 4000 --eval-every 500; "

@@ -3,7 +3,7 @@ r"""The STDB update rule as one pure function over plain data (seed 004 ยง7.2, ย
 Every store backend calls :func:`stdb_update` on the slice of state a trajectory touches, so the
 rule is written, tested and mutated once. :func:`stdb_fold` is the same rule folded over a batch with
 plain floats and no copy of the untouched state; :func:`stdb_update` stays the oracle it is
-differentially tested against (``conformance_tests/test_ccapo_stdb.py``).
+differentially tested against (``conformance_tests/meta/test_ccapo_stdb_store.py``).
 """
 from __future__ import annotations
 

@@ -28,16 +28,33 @@ import numpy as np
 import torch
 
 from reference_impl import _checks
-from reference_impl.common import RunDir, add_config_flags, arg, config_overrides, progress
 from reference_impl.ccapo.advantages import macro_advantage
+from reference_impl.common import (
+    RunDir,
+    add_config_flags,
+    arg,
+    config_overrides,
+    progress,
+)
 from reference_impl.isreshape.defaults import defaults
 from reference_impl.isreshape.lm import model as lm
 from reference_impl.isreshape.lm import task as task_mod
-from reference_impl.isreshape.lm.losses import as_token_mean, importance_sampling_loss, masked_mean, ratio_stats
+from reference_impl.isreshape.lm.losses import (
+    as_token_mean,
+    importance_sampling_loss,
+    masked_mean,
+    ratio_stats,
+)
+from reference_impl.isreshape.lm.plot import write_summary
 from reference_impl.isreshape.losses import loss_metrics, policy_loss, sft_loss
 from reference_impl.isreshape.sapo import sapo_policy_loss
 from reference_impl.isreshape.weights import importance_ratio
-from reference_impl.ppo.losses import approx_kl, clip_fraction, clipped_policy_loss, k3_kl
+from reference_impl.ppo.losses import (
+    approx_kl,
+    clip_fraction,
+    clipped_policy_loss,
+    k3_kl,
+)
 
 DEFAULTS = defaults()  # ISR-DEFAULT-*
 ARMS = ("v4", "ppo", "sapo", "is", "sft")
@@ -287,7 +304,5 @@ def cli(argv: list[str]) -> int:
         for job in jobs:
             print(_run_one(job), flush=True)
     if args.plot:
-        from reference_impl.isreshape.lm.plot import write_summary
-
         print(write_summary(out, arms))
     return 0

@@ -1,0 +1,99 @@
+"""Meta-tests of the performance page's rendering (tools/benchmarks/report.py): what a row says follows
+the raw numbers, including the target's verdict."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.meta
+
+
+def _suite(walls: list[float], failed: int = 0) -> dict:
+    d = {"device": "cpu", "workers": 2, "tests": 1500, "failed": failed, "worker_s": 180.0,
+         "wall_s": sorted(walls)[(len(walls) - 1) // 2],
+         "slowest_files": [{"file": "meta/test_verdict.py", "worker_s": 40.0}]}
+    if len(walls) > 1:
+        d["wall_s_all"] = sorted(walls)
+    return d
+
+
+@pytest.mark.parametrize("walls, failed, shown, verdict", [
+    ([97.4], 0, "97 s wall, 1500 tests", "met"),  # a file written before --runs: one run, no spread
+    ([131.0, 96.0, 104.0], 0, "104 s wall, median of 3 runs (96-131 s)", "met"),
+    ([118.0, 125.0, 122.0], 0, "122 s wall, median of 3 runs (118-125 s)", "**missed**"),
+    ([90.0, 95.0, 99.0], 1, "95 s wall, median of 3 runs (90-99 s), 1500 tests, 1 failed", "**missed**"),
+])
+def test_the_suite_row_shows_the_median_its_spread_and_the_verdict(walls, failed, shown, verdict):
+    from tools.benchmarks.report import suite_rows  # a checkout's tools/, not part of the installed package
+
+    (row,) = suite_rows(_suite(walls, failed))
+    assert shown in row[1]
+    assert row[-1] == f"≤ 120 s: {verdict}"
+
+
+@pytest.mark.parametrize("times, spread", [
+    ({"reference": [2.0, 2.0, 2.1], "peer": [3.0, 2.8, 3.0]}, 3.0 / 2.8 - 1),  # the worse of 0.05 and 0.071
+    ({"reference": [3.2, 2.0, 2.5], "peer": [2.9, 2.8, 3.3]}, 3.2 / 2.0 - 1),
+    # five rounds or more: the fastest and the slowest round of each contender are left out
+    ({"reference": [2.06, 1.97, 1.94, 2.17, 2.54], "peer": [2.9, 2.77, 2.78, 2.77, 2.95]}, 2.17 / 1.97 - 1),
+    ({"reference": [3.21, 2.04, 2.48, 2.02, 2.28], "peer": [2.87, 2.8, 3.31, 2.8, 2.74]}, 2.48 / 2.04 - 1),
+    ({}, 0.0),
+])
+def test_round_spread_is_the_worst_contenders_slowest_over_fastest(times, spread):
+    from tools.benchmarks.spread import round_spread
+
+    assert round_spread(times) == pytest.approx(spread)
+
+
+@pytest.mark.parametrize("times, busy", [
+    ([2.0, 2.05, 1.98, 2.02, 2.01], False),
+    ([2.06, 1.97, 1.94, 2.17, 2.54], False),  # one disturbed round: the median of five is unaffected
+    ([3.21, 2.04, 2.48, 2.02, 2.28], True),  # a run whose ratio of medians came out 0.1 low
+])
+def test_a_row_from_a_busy_run_says_so(times, busy):
+    """The SAC and PPO rows carry the marker exactly when a contender's rounds disagree by more than
+    BUSY_SPREAD (its single fastest and slowest round left out)."""
+    from tools.benchmarks.report import ppo_rows, sac_rows
+
+    sac = {"device": "cpu", "shape": {"batch": 2048, "actions": 6000, "obs": 384, "hidden": 256, "top_p": 0.98},
+           "median_s": {"reference": 2.0, "torchrl": 2.8}, "gflops": {"reference": 48.0, "torchrl": 34.0},
+           "pct_of_peak": {"reference": 49.0}, "matmul_peak_gflops": 98.0, "ratio": 1.4,
+           "times_s": {"reference": times, "torchrl": [2.8] * 5}}
+    ppo = {"device": "cpu", "shape": {"N": 4096, "minibatch": 128}, "ratio": 1.6,
+           "samples_per_s": {"reference": 84e3, "sb3_contrib": 52e3},
+           "times_s": {"reference": times, "sb3_contrib": [0.08] * 5}}
+    for (row, *_) in (sac_rows(sac), ppo_rows(ppo)):
+        assert ("busy machine" in row[3]) is busy, row[3]
+        assert row[3].startswith("**1.")  # the figure itself is still shown
+
+
+def test_interleave_gives_each_round_a_fresh_setup_and_rotates_the_order():
+    import torch
+
+    from tools.benchmarks._common import interleave
+
+    calls: list[tuple[str, int]] = []
+    fresh = iter(range(100))
+
+    def make(name):
+        return lambda: (next(fresh),), lambda arg: calls.append((name, arg))
+
+    times = interleave({"a": make("a"), "b": lambda: calls.append(("b", -1))}, rounds=3,
+                       device=torch.device("cpu"), warmup=1)
+    assert [len(t) for t in times.values()] == [3, 3]
+    assert [n for n, _ in calls] == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then rotated rounds
+    assert [arg for n, arg in calls if n == "a"] == [0, 1, 2, 3]  # one setup per call, its value passed on
+
+
+@pytest.mark.parametrize("form", ["interleaved", "pytest-benchmark"])
+def test_the_stdb_row_reads_both_raw_forms_and_judges_the_ratio(form):
+    from tools.benchmarks.report import stdb_rows
+
+    rate = {"sqlite_store": 3.0e5, "raw_executemany": 4.6e5, "raw_int_executemany": 7.7e5, "memory_store": 1.0e6,
+            "dict": 5.0e6}
+    if form == "interleaved":
+        d = {"edge_updates_per_s": rate, "times_s": {k: [1.0, 1.01, 1.0, 0.99, 1.0] for k in rate}}
+    else:
+        d = {"benchmarks": [{"name": f"test_{k}", "extra_info": {"edge_updates_per_s": v}} for k, v in rate.items()]}
+    (row,) = stdb_rows(d)
+    assert row[3].startswith(f"**{3.0 / 4.6:.2f}**") and "busy" not in row[3]
+    assert row[4] == "≥ 500k/s: **missed** here; as a ratio, ≥ 0.38 of raw text `executemany`: met"

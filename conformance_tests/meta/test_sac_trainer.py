@@ -1,0 +1,210 @@
+"""Meta smoke tests of the bundled SAC environment and trainer (reference_impl/sac/env.py, trainer.py).
+
+They check our own POMDP and loop, not a third-party implementation: the observation never holds
+the reference, masks are legal, the illegal hard boundary ends an episode, and a two-update run
+writes the metrics the gates read and resumes where it stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from reference_impl.sac.corpus import EOS, PAD, UNK, load_corpus
+from reference_impl.sac.env import CharEnv, EnvConfig
+
+pytestmark = pytest.mark.meta
+
+SMALL = dict(vocab_size=400, max_lines=1500)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus(**SMALL)
+
+
+def _env(corpus, **kw):
+    cfg = dataclasses.replace(EnvConfig(n_envs=4, horizon=10, history=6), **kw)
+    return CharEnv(corpus, corpus.train, cfg, generator=torch.Generator().manual_seed(0))
+
+
+def _legal_sample(env, g):
+    legal = env.legal_mask()
+    return torch.multinomial(legal.float(), 1, generator=g).squeeze(1)
+
+
+def test_observation_is_only_the_agents_own_characters(corpus):
+    g = torch.Generator().manual_seed(1)
+    env_a, env_b = _env(corpus, prime=False), _env(corpus, prime=False)
+    env_b.reset(starts=torch.tensor([50, 900, 4000, 7000]))  # other references, same actions
+    obs_a, obs_b = env_a.observe(), env_b.observe()
+    assert bool((obs_a == PAD).all()) and bool((obs_b == PAD).all())
+    written = []
+    for _ in range(8):
+        a = _legal_sample(env_a, g)
+        a = torch.where(env_b.legal_mask().gather(1, a[:, None]).squeeze(1), a, torch.full_like(a, EOS))
+        written.append(a)
+        obs_a, *_ = env_a.step(a)
+        obs_b, *_ = env_b.step(a)
+        hist = torch.cat([torch.full((4, 6), PAD), torch.stack(written, 1)], 1)[:, -6:]
+        assert torch.equal(obs_a, hist) and torch.equal(obs_b, hist)  # own characters, nothing else
+
+
+def test_primed_observation_holds_no_future_reference(corpus):
+    env = _env(corpus, prime=True)
+    starts = torch.tensor([100, 200, 300, 400])
+    obs = env.reset(starts=starts)
+    assert torch.equal(obs, corpus.train[starts[:, None] - 6 + torch.arange(6)])  # past text only
+    a = torch.full((4,), EOS)
+    obs, *_ = env.step(a)
+    assert torch.equal(obs[:, -1], a) and torch.equal(obs[:, :-1], corpus.train[starts[:, None] - 5 + torch.arange(5)])
+
+
+def test_masks_are_legal(corpus):
+    env = _env(corpus)
+    comma = corpus.index["，"]
+    hist = torch.full((2, 6), corpus.index["的"])
+    hist[1, -1] = comma
+    legal = env.legal_mask(hist)
+    assert bool(legal[:, EOS].all())
+    assert not bool(legal[:, PAD].any()) and not bool(legal[:, UNK].any())
+    assert bool(legal[0, comma]) and not bool(legal[1, comma])  # no repeated punctuation
+    g = torch.Generator().manual_seed(2)
+    for _ in range(6):
+        _, _, done, info = env.step(_legal_sample(env, g))
+        assert not bool(info["illegal"].any())
+        env.reset(done)
+
+
+def test_illegal_action_ends_the_episode_with_exactly_minus_lambda_ill(corpus):
+    env = _env(corpus, illegal_done=True)
+    a = _legal_sample(env, torch.Generator().manual_seed(3))
+    a[1] = UNK
+    _, r, done, info = env.step(a)
+    assert bool(done[1]) and bool(info["early"][1]) and float(r[1]) == -env.cfg.lambda_ill
+    assert not bool(done[0])
+    env_soft = _env(corpus, illegal_done=False)
+    _, r2, done2, info2 = env_soft.step(a)
+    assert not bool(done2[1]) and bool(info2["illegal"][1])
+
+
+def test_teacher_writes_the_reference_next_character(corpus):
+    env = _env(corpus)
+    nxt = env.teacher_action()
+    legal = env.legal_mask().gather(1, nxt[:, None]).squeeze(1)
+    _, _, _, info = env.step(torch.full((4,), EOS), torch.ones(4, dtype=torch.bool))
+    assert torch.equal(info["is_teacher"], legal)
+    assert torch.equal(info["action"][legal], nxt[legal])
+
+
+TINY = ["--set", "vocab_size=400", "--set", "max_lines=1500", "--set", "env.n_envs=8", "--set", "env.horizon=6",
+        "--set", "batch_size=16", "--set", "learning_starts=8", "--set", "eval_positions=64",
+        "--set", "eval_passages=4", "--set", "eval_len=8", "--set", "eval_every=1", "--set", "ckpt_every=1"]
+KEYS = {"update", "critic_loss", "policy_loss", "alpha", "entropy", "target_entropy", "top_p_coverage",
+        "illegal_rate", "early_termination_rate", "coverage", "top1_hit", "top3_hit", "bigram_hit_rate",
+        "teacher_ratio", "relabel_rate", "popart_cov_mu", "popart_cov_sigma", "popart_nce_mu", "popart_nce_sigma"}
+
+
+def test_two_update_smoke_run_writes_metrics_and_resumes(tmp_path):
+    from reference_impl.sac.trainer import cli
+    from rlconform.spec.gates import evaluate
+
+    out = tmp_path / "run"
+    assert cli(["--out", str(out), "--updates", "2", *TINY]) == 0
+    recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in recs] == [0, 1, 2]  # 0: the untrained policy
+    missing = KEYS - set(recs[-1])
+    assert not missing, f"metrics lack {sorted(missing)}"
+    assert all(v == v for r in recs for v in r.values() if isinstance(v, float))  # no NaN
+    verdicts = {r.clause.id: r.verdict for r in evaluate(recs, "sac")}
+    for gate in ("SAC-GATE-1", "SAC-GATE-3", "SAC-GATE-4", "SAC-GATE-5", "SAC-GATE-6", "SAC-GATE-7", "SAC-TOPP-4"):
+        assert verdicts[gate] != "missing", gate
+    with pytest.raises(FileExistsError):
+        cli(["--out", str(out), "--updates", "2", *TINY])  # no silent overwrite
+    assert cli(["--out", str(out), "--updates", "3", "--resume", *TINY]) == 0
+    recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in recs] == [0, 1, 2, 3]
+
+
+def test_paragraph_consistency_counts_distinct_lexicon_pairs():
+    from reference_impl.sac.quality import paragraph_consistency
+
+    lex = frozenset({"中国", "国家", "人民"})
+    # 中国家人民: pairs 中国 国家 家人 人民 -> three words of four pairs (hand count)
+    assert paragraph_consistency("中国家人民", lex) == 3 / 4
+    # a loop repeats one word: 中国中国中国 has pairs 中国 国中 中国 国中 中国 -> one distinct word of five
+    assert paragraph_consistency("中国中国中国", lex) == 1 / 5
+    assert paragraph_consistency("中", lex) == 0.0 and paragraph_consistency("", lex) == 0.0
+
+
+def test_device_side_legal_mask_equals_the_env_mask(corpus):
+    from reference_impl.sac.trainer import device_legal_mask
+
+    env = _env(corpus)
+    g = torch.Generator().manual_seed(4)
+    hist = torch.randint(0, corpus.vocab_size, (64, 6), generator=g)
+    hist[::3, -1] = corpus.index["，"]  # rows that end in punctuation: the repeat rule applies
+    for dev in ("cpu", "meta"):
+        got = device_legal_mask(env, torch.device(dev))(hist.to(dev))
+        assert got.device.type == dev and got.shape == (64, corpus.vocab_size)
+    assert torch.equal(device_legal_mask(env, torch.device("cpu"))(hist), env.legal_mask(hist))
+    # independent of both: the compliance rule written out per row
+    for row, h in enumerate(hist.tolist()):
+        want = ~corpus.blacklist.clone()
+        if bool(corpus.punct[h[-1]]):
+            want[h[-1]] = False
+        want[EOS] = True
+        assert int(want.sum()) >= env.cfg.min_legal  # so the whitelist fallback does not apply here
+        assert torch.equal(env.legal_mask(hist[row:row + 1])[0], want)
+
+
+def test_full_preset_carries_the_v2_sizes_of_the_spec():
+    from reference_impl.sac.trainer import PRESETS, Config, apply_overrides
+    from rlconform.spec import default_spec
+
+    cfg = apply_overrides(Config(), [f"{k}={v!r}" for k, v in PRESETS["full"].items()])
+    spec = default_spec().clauses
+    want = {**spec["SAC-DEFAULT-4"].value, **spec["SAC-DEFAULT-5"].value, **spec["SAC-DEFAULT-7"].value}
+    for key in ("batch_size", "lr_pi", "lr_q", "d_model", "gru_hidden", "rho", "lambda_bc", "dagger_horizon"):
+        assert getattr(cfg, key) == want[key], key
+    assert cfg.env.popart_beta == spec["SAC-DEFAULT-6"].value["popart_beta"]
+    assert cfg.encoder == "gru"  # §9: GRU hidden 256
+
+
+@pytest.mark.parametrize("pair", ["cuda_graph=maybe", "lr_pi=fast", "batch_size=2.5", "env.n_envs=x"])
+def test_an_override_of_the_wrong_type_is_an_error(pair):
+    """``--set`` values keep their field's type: a string for a flag would be a true value, silently."""
+    from reference_impl.sac.trainer import Config, apply_overrides
+
+    with pytest.raises(ValueError, match=r"wrong type: " + pair.split("=")[0]):
+        apply_overrides(Config(), [pair])
+    cfg = apply_overrides(Config(), ["lr_pi=1", "cuda_graph=False", "max_lines=None", "kpi_rows=None"])
+    assert (cfg.lr_pi, cfg.cuda_graph, cfg.max_lines, cfg.kpi_rows) == (1, False, None, None)
+
+
+def _write_run(path, critic, top3_at):
+    """A metrics.jsonl as the trainer writes it: training records, and evaluation records at ``top3_at``."""
+    path.mkdir(parents=True)
+    recs = [{"family": "sac", "update": u, "critic_loss": c, "alpha": 0.2, "illegal_rate": 0.0}
+            for u, c in enumerate(critic, 1)]
+    for u, top3 in top3_at.items():
+        recs[u - 1].update(top3_hit=top3, top1_hit=0.1, coverage=0.0, ood_gain_pp=0.0)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+@pytest.mark.clause("SAC-GATE-2", "SAC-GATE-8")
+def test_suite_summary_counts_diverged_seeds_and_the_smallest_ablation_drop(tmp_path):
+    from rlconform.golive import summarise
+
+    down, up = [3.0, 2.0, 2.0, 1.0] * 2, [1.0, 1.0, 2.0, 3.0] * 2  # quarters: 3.0/2.0 -> 1.0/1.0; 1.0/1.0 -> 3.0/3.0
+    _write_run(tmp_path / "seed0", down, {4: 0.30, 8: 0.35})
+    _write_run(tmp_path / "seed1", up, {4: 0.28, 8: 0.33})
+    for name, top3 in (("no_bc", 0.10), ("no_topp", 0.27), ("fixed_alpha", 0.31)):
+        _write_run(tmp_path / f"ablate_{name}", down[:4], {4: top3})
+    rec = summarise(tmp_path, [0, 1], updates=8, ablation_updates=4)
+    assert rec["diverged_runs"] == 1 and list(rec["divergence"]) == ["seed1"]
+    # drops from seed 0's top-3 at update 4 (0.30): 20, 3 and -1 points; the gate reads the smallest
+    assert rec["ablation_drops_pp"] == pytest.approx({"no_bc": 20.0, "no_topp": 3.0, "fixed_alpha": -1.0})
+    assert rec["ablation_drop_pp"] == pytest.approx(-1.0)

@@ -1,0 +1,5 @@
+import sys
+
+from rlconform.cli import main
+
+sys.exit(main())

@@ -1,0 +1,67 @@
+"""``rlconform study NAME``: a results study (seeds x initial models x arms) and its page."""
+from __future__ import annotations
+
+import importlib
+import json
+import shlex
+from pathlib import Path
+
+from rlconform.cli._common import UsageError
+
+# Results studies: ``rlconform study NAME`` runs ``module.run`` then ``module.publish``.
+STUDIES = {"isreshape-lm": "rlconform.study.isreshape_lm"}
+
+
+
+def add_parser(sub) -> None:
+    """The study's options."""
+    st = sub.add_parser("study", help="run a results study (seeds x initial models x arms) and write its page")
+    st.add_argument("name", choices=sorted(STUDIES))
+    st.add_argument("--out", required=True, help="study directory (re-running the command continues it)")
+    st.add_argument("--parallel", type=int, default=2, help="runs at once, one torch thread each (default 2)")
+    st.add_argument("--updates", type=int, default=None, help="updates per run (default: the study's own)")
+    st.add_argument("--publish", default=None, help="write the page, plot and raw logs into this directory")
+    st.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
+    st.add_argument("--device", default="cpu", help="torch device of every run (default cpu)")
+    st.add_argument("--variant", default="tiny", help="model size of the study (isreshape-lm: tiny, large)")
+    st.add_argument("--lr-from", default=None, help="skip the sweep: each arm's learning rate from this chosen_lr.json")
+    st.add_argument("--arms", default=None, help="comma-separated arms (default: all)")
+    st.add_argument("--seeds", type=int, default=None, help="RL seeds 0..N-1 (default: the study's)")
+    st.add_argument("--pretrain-seeds", type=int, default=None, help="initial models 0..N-1 (default: the study's)")
+
+
+def run(args, rest) -> int:
+    mod = importlib.import_module(STUDIES[args.name])
+    kw = {"updates": args.updates} if args.updates else {}
+    bad = ([f"--parallel {args.parallel} must be at least 1"] if args.parallel < 1 else []) + \
+          ([f"--variant {args.variant}: choose from {', '.join(mod.VARIANTS)}"] if args.variant not in mod.VARIANTS else [])
+    arms = tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else mod.ARMS
+    bad += [f"--arms: unknown arm {a!r} (choose from {', '.join(mod.ARMS)})" for a in arms if a not in mod.ARMS]
+    chosen = None
+    if args.lr_from:
+        try:
+            chosen = json.loads(Path(args.lr_from).read_text())
+        except (OSError, ValueError) as e:
+            bad.append(f"--lr-from {args.lr_from}: {e}")
+        else:
+            bad += [f"--lr-from {args.lr_from}: no positive learning rate for arm {a!r}" for a in arms
+                    if not isinstance(chosen, dict) or not isinstance(chosen.get(a), (int, float)) or chosen[a] <= 0]
+    if bad:
+        raise UsageError("\n".join(bad))
+    grid = {"arms": arms, "device": args.device, "variant": args.variant,
+            **({"seeds": tuple(range(args.seeds))} if args.seeds else {}),
+            **({"pretrains": tuple(range(args.pretrain_seeds))} if args.pretrain_seeds else {}),
+            **({"chosen": chosen} if chosen is not None else {})}
+    if not args.no_run:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        argv = [a for a in args.argv_ if a != "--no-run"]
+        cut = [i for i, a in enumerate(argv) if a.startswith("--publish")]
+        if cut:  # the page names the command that made the runs, not where it was published
+            argv = argv[:cut[0]] + argv[cut[0] + (1 if "=" in argv[cut[0]] else 2):]
+        (Path(args.out) / "command.txt").write_text("rlconform " + shlex.join(argv) + "\n")
+        mod.run(Path(args.out), parallel=args.parallel, **kw, **grid)
+    if args.publish:
+        print(mod.publish(Path(args.out), Path(args.publish), **kw))
+    return 0
+
+
