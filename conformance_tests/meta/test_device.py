@@ -18,7 +18,7 @@ import torch
 
 import reference_impl
 from conformance_tests import contract, harness, simdevice
-from conformance_tests.harness import ImplementationError, assert_close, assert_equal, generator, host, named_leaves, on_device
+from conformance_tests.harness import assert_close, assert_equal, generator, host, named_leaves, on_device
 from rlconform.audit import clause_report, run_suite
 
 pytestmark = pytest.mark.meta
