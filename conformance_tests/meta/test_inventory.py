@@ -65,6 +65,6 @@ def test_every_gate_has_a_producer_in_the_reference():
 def test_a_gate_whose_metric_nobody_logs_is_flagged(monkeypatch):
     import rlconform.traceability as tr
 
-    monkeypatch.setattr(tr, "_reference_sources", lambda: 'log(alpha=1.0)\n')
+    monkeypatch.setattr(tr, "_producer_sources", lambda: 'log(alpha=1.0)\n')
     produced = tr.gate_producers(default_spec())
     assert produced["SAC-GATE-1"] is True and produced["SAC-GATE-2"] is False

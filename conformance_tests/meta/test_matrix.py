@@ -143,7 +143,7 @@ def test_progress_counts_each_library_run_on_its_own(capsys):
         for i, nodeid in enumerate(tests):
             yield {"event": "finish", "nodeid": nodeid, "outcome": "fail" if i < failing else "pass"}
 
-    with cli._AuditProgress() as progress:
+    with cli.AuditProgress() as progress:
         for ev in [*run(3, 1), *run(2, 0)]:
             progress(ev)
     lines = [ln.strip() for ln in capsys.readouterr().err.splitlines()]

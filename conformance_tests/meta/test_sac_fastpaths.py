@@ -17,7 +17,7 @@ import torch
 
 from conformance_tests.harness import assert_close, assert_equal
 from reference_impl import _checks
-from reference_impl.sac import backup, masking
+from reference_impl.sac import backup, fast, masking
 from reference_impl.sac.step import init_target, update_step
 
 pytestmark = pytest.mark.meta
@@ -49,11 +49,13 @@ def blocks(request):
     if request.param == "one block":
         yield
         return
-    real = backup.row_blocks
-    patch = (mock.patch.object(backup, "row_blocks", lambda like, **kw: real(like, block_bytes=1))
-             if request.param == "row by row" else mock.patch.object(backup, "blocked", lambda t: False))
-    with patch:
-        yield
+    real = fast.row_blocks
+    if request.param == "row by row":
+        with mock.patch.object(fast, "row_blocks", lambda like, **kw: real(like, block_bytes=1)):
+            yield
+    else:  # the accelerator's plan: no row blocks, and the Top-p set by sort
+        with mock.patch.object(backup, "blocked", lambda t: False), mock.patch.object(fast, "blocked", lambda t: False):
+            yield
 
 
 @pytest.mark.clause("SAC-MASK-1", "SAC-MASK-2")
@@ -61,7 +63,7 @@ def blocks(request):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fast_masked_softmax_equals_the_plain_one(seed, dtype):
     logits, mask, *_ = _case(seed, dtype)
-    assert_equal(masking.masked_softmax_fast(logits, mask), masking.masked_softmax(logits, mask), "SAC-MASK-1",
+    assert_equal(fast.masked_softmax_fast(logits, mask), masking.masked_softmax(logits, mask), "SAC-MASK-1",
                  "fast == plain masked softmax")
 
 
@@ -75,7 +77,7 @@ def test_fused_backup_equals_the_plain_chain(blocks, seed, dtype, p):
     pi = masking.masked_softmax(logits, mask)
     want_v = backup.top_p_soft_value(pi, q1, q2, mask, alpha=alpha, p=p, method="sorted")
     want_cov = (pi * backup.top_p_select(pi, mask, p=p, method="sorted")).sum(-1)
-    v, cov = backup.top_p_backup_fused(logits, q1, q2, mask, alpha=alpha, p=p, eps=masking.PROB_EPS)
+    v, cov = fast.top_p_backup_fused(logits, q1, q2, mask, alpha=alpha, p=p, eps=masking.PROB_EPS)
     assert_close(v, want_v, "SAC-TOPP-3", what="fused soft backup == plain chain")
     assert_close(cov, want_cov, "SAC-TOPP-4", what="fused coverage == plain coverage")
 
@@ -98,7 +100,7 @@ def test_fused_critic_head_equals_the_plain_total(blocks, seed, dtype, masked, u
     want = losses.critic_loss_total(a, b, actions, y, **kw)
     want_ga, want_gb = torch.autograd.grad(want, (a, b))
     fa, fb = q1.clone().requires_grad_(), q2.clone().requires_grad_()
-    (la, ha, ca), (lb, hb, cb) = (losses.critic_head_fused(x, actions, y, **kw) for x in (fa, fb))
+    (la, ha, ca), (lb, hb, cb) = (fast.critic_head_fused(x, actions, y, **kw) for x in (fa, fb))
     assert_close(la + lb, want, "SAC-CRITIC-2", what="fused total == plain total")
     assert_close(ha + hb, losses.critic_loss(a.gather(-1, actions[:, None]).squeeze(-1),
                                              b.gather(-1, actions[:, None]).squeeze(-1), y), "SAC-CRITIC-2",
@@ -118,7 +120,7 @@ def test_fused_policy_head_equals_the_plain_total(blocks, seed, dtype):
     want = losses.policy_loss_total(pi, q1, q2, mask, actions, demo, alpha=alpha, lam_bc=0.3)
     want_g = _grad(want, z)
     zf = logits.clone().requires_grad_()
-    got, pol, bc, ent = losses.policy_head_fused(zf, q1, q2, mask, actions, demo, alpha=alpha, lam_bc=0.3)
+    got, pol, bc, ent = fast.policy_head_fused(zf, q1, q2, mask, actions, demo, alpha=alpha, lam_bc=0.3)
     assert_close(got, want, "SAC-POL-3", what="fused total == plain total")
     assert_close(bc, losses.bc_loss(torch.log(pi.detach()), actions, demo, lam=0.3), "SAC-BC-1", what="BC share")
     assert_close(ent, masking.entropy(pi.detach(), mask), "SAC-ENT-2", what="entropy rows")
@@ -173,10 +175,10 @@ def test_each_device_takes_its_plan():
     from conformance_tests import simdevice
 
     x = torch.zeros(4000, 600)
-    assert backup.blocked(x) and len(backup.row_blocks(x)) > 1
+    assert backup.blocked(x) and len(fast.row_blocks(x)) > 1
     with simdevice.simulate():
         d = x.to(simdevice.DEVICE)
-        assert not backup.blocked(d) and backup.row_blocks(d) == [slice(0, 4000)]
+        assert not backup.blocked(d) and fast.row_blocks(d) == [slice(0, 4000)]
 
 
 @pytest.mark.clause("SAC-COV-1", "SAC-BIGRAM-1")

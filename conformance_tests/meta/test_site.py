@@ -67,9 +67,9 @@ def site(tmp_path_factory) -> Path:
 
     def build(tmp: Path) -> Path:
         out = tmp / "site"
-        cmd = [sys.executable, "-m", "rlconform.site", "build", "--site-dir", str(out),
+        cmd = [sys.executable, "-m", "tools.site", "build", "--site-dir", str(out),
                "--report", str(_synthetic_report(tmp / "report.json"))]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=REPO)  # tools/ is the checkout's
         assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
         return out
     return once_per_run(tmp_path_factory, "site", build)  # one build for all workers

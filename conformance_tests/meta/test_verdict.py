@@ -482,10 +482,20 @@ def test_only_a_usage_error_exits_2_and_a_fault_of_rlconform_exits_4(monkeypatch
     (["mutants", "no_such_mutant"], "unknown mutant"),
     (["matrix", "--library", "no-such-lib"], "--library no-such-lib"),
     (["audit", "--clause", "SAC-NOPE-9"], "no such clause"),
+    (["audit", "--families", "ppo,dqn"], "unknown family 'dqn'"),
+    (["audit", "--clause", "SAC-TD-1", "--out", "/proc/no-such-dir/out"], "cannot create the directory"),
 ])
 def test_bad_arguments_are_usage_errors(argv, needle):
     code, _, err = _cli(*argv)
     assert code == 2 and needle in err and "Traceback" not in err, err
+
+
+def test_a_damaged_checkpoint_is_named_not_a_torch_traceback(tmp_path):
+    code, _, err = _cli("train", "ppo", "--updates", "1", "--out", tmp_path / "run")
+    assert code == 0, err
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"cut short")
+    code, _, err = _cli("train", "ppo", "--updates", "2", "--out", tmp_path / "run", "--resume")
+    assert code == 2 and "checkpoint.pt is damaged" in err and "new --out" in err and "Traceback" not in err, err
 
 
 def test_packages_are_typed():

@@ -45,11 +45,22 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
+class DamagedCheckpoint(ValueError):
+    """A checkpoint that exists but cannot be read back (cut short, overwritten, from another program)."""
+
+
 def load_checkpoint(path: str | Path) -> Any | None:
+    """The checkpoint at ``path`` (None when there is none); one that cannot be read is a
+    :class:`DamagedCheckpoint` that says what to do, never torch's unpickling traceback."""
     path = Path(path)
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # torch raises anything from EOFError to UnpicklingError and RuntimeError here
+        raise DamagedCheckpoint(
+            f"{path} is damaged and cannot be resumed from ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else 'no detail'}); "
+            f"restore it, or start afresh in a new --out directory") from None
 
 
 def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", initial: int = 0,

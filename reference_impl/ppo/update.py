@@ -60,7 +60,7 @@ def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, ol
     ∂L/∂V = c_v (V − R) / n.
 
     Masked logits and log-probs as in PPO-MASK-1/4 (one log_softmax). The plain path is its oracle
-    (conformance_tests/test_ppo_fastpaths.py).
+    (conformance_tests/meta/test_ppo_fastpaths.py).
 
     Implements: PPO-LOGP-1, PPO-ENT-1, PPO-RATIO-1, PPO-KL-1, PPO-KL-2, PPO-CLIPFRAC-1, PPO-LOSS-1..4.
     """

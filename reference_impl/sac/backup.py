@@ -4,7 +4,6 @@ from __future__ import annotations
 import torch
 
 from reference_impl import _checks
-from reference_impl.sac.masking import float_mask, masked_softmax_fast
 
 
 def _min_q(q1: torch.Tensor, q2: torch.Tensor) -> torch.Tensor:
@@ -110,7 +109,7 @@ def _select_threshold(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -
 # temporary is small enough for the allocator to reuse) and finds the Top-p threshold by a radix search.
 # The accelerator plan runs each pass once over the whole batch (a GPU wants few large kernels: the CPU
 # plan launches thousands of tiny ones) and selects by a segmented sort, the plain formula. Both give the
-# same sets and values (conformance_tests/test_sac_fastpaths.py runs each against the plain formulas).
+# same sets and values (conformance_tests/meta/test_sac_fastpaths.py runs each against the plain formulas).
 
 def blocked(t: torch.Tensor) -> bool:
     """Whether ``t``'s device takes the row-block plan (the CPU) rather than one pass over the batch."""
@@ -134,45 +133,9 @@ def _by_row_chunks(fn, *tensors: torch.Tensor) -> torch.Tensor:
     return out.reshape(*lead, *out.shape[1:])
 
 
-def row_blocks(like: torch.Tensor, *, itemsize: int = 4, block_bytes: int = 1 << 20) -> list[slice]:
-    """Slices of the rows of the [rows, width] tensor ``like``, about ``block_bytes`` each on the CPU (the
-    fused fast paths run their many elementwise passes block by block, so each pass reads a block that
-    is still in cache and every temporary stays small); one slice of every row on an accelerator."""
-    rows, width = like.shape
-    step = max(1, block_bytes // (itemsize * max(1, width))) if blocked(like) else max(rows, 1)
-    return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
-
-
 def _select(probs: torch.Tensor, legal_mask: torch.Tensor, p: float) -> torch.Tensor:
     """The Top-p set by the device's plan: the radix threshold search on the CPU, the sort elsewhere."""
     return _select_threshold(probs, legal_mask, p) if blocked(probs) else _select_sorted_legal(probs, legal_mask, p)
-
-
-def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: float):
-    r"""Fast path of the whole soft backup from next-state logits, row block by row block:
-    π' = masked softmax (SAC-MASK-1/2), P = Top-p set (SAC-TOPP-1), \hat V_soft (SAC-TOPP-3) and the
-    Top-p coverage Σ_P π' (SAC-TOPP-4 monitor), without any [B, |A|] temporary. Returns
-    ``(v_next, coverage)`` per row; no gradient. The plain chain (``masked_softmax``,
-    ``top_p_soft_value``, ``top_p_select``) is its oracle (conformance_tests/test_sac_fastpaths.py).
-
-    Implements: SAC-TOPP-3 (with SAC-MASK-1/2, SAC-TOPP-1).
-    """
-    _check_top_p(logits, legal_mask, p, "SAC-TOPP-3")
-    rows, width = logits.shape
-    v = logits.new_empty(rows)
-    cov = logits.new_empty(rows)
-    with torch.no_grad():
-        for r in row_blocks(logits, itemsize=8):  # the selection works in float64
-            m = legal_mask[r]
-            pi = masked_softmax_fast(logits[r], m, eps=eps)
-            sel = m if p >= 1.0 else _select(pi, m, p)
-            w = pi * float_mask(sel, pi.dtype)  # π·1[P]
-            z = w.sum(-1)
-            cov[r] = z
-            # the expanded SAC-TOPP-3 of _soft_value_expanded, with log π taken where π ≥ ε > 0
-            v[r] = (torch.linalg.vecdot(w, _min_q(q1[r], q2[r])) - alpha * torch.linalg.vecdot(w, pi.log_())) / z \
-                + alpha * torch.log(z)
-    return v, cov
 
 
 def _soft_value_expanded(probs, q1, q2, selected, alpha) -> torch.Tensor:

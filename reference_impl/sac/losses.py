@@ -10,11 +10,9 @@ from reference_impl import _checks
 from reference_impl.sac.backup import (
     _min_q,
     _weighted_soft,
-    row_blocks,
     top_p_probs,
     top_p_select,
 )
-from reference_impl.sac.masking import float_mask
 
 ALPHA_MIN, ALPHA_MAX = 1e-4, 2.0  # SAC-TEMP-3
 
@@ -148,103 +146,3 @@ def policy_loss_total(probs, q1, q2, legal_mask, actions, is_demo, *, alpha, lam
     return loss_pi + bc_loss(torch.log(probs), actions, is_demo, lam=lam_bc)  # SAC-BC-1
 
 
-# ----------------------------------------------------------------------------- fused fast paths (appended)
-# The update's two heads over [B, |A|] written as one pass each, row block by row block, with the
-# gradient with respect to the network output computed next to the value (the loss is a sum of
-# per-row terms, so its gradient is known in closed form). The plain totals above are their oracle
-# (conformance_tests/test_sac_fastpaths.py compares values and gradients).
-
-class _WithGrad(torch.autograd.Function):
-    """A scalar whose gradient with respect to ``x`` was computed with it: backward returns
-    ``grad · upstream`` (``grad`` is consumed, so the graph supports a single backward)."""
-
-    @staticmethod
-    def forward(ctx, x, value, grad):
-        ctx.save_for_backward(grad)
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, upstream):
-        (grad,) = ctx.saved_tensors
-        return grad.mul_(upstream), None, None
-
-
-def _huber_grad(d: torch.Tensor, delta: float) -> torch.Tensor:
-    return d.clamp(-delta, delta)  # ∂Huber_δ(d)/∂d
-
-
-def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, delta: float = 1.0,
-                      lam_cql: float = 0.5, use_cql: bool = True):
-    r"""Fast path of one critic's share of :func:`critic_loss_total`:
-    E_B Huber_δ(Q(o,a) − y) + L_CQL(φ), CQL's log-sum-exp over the legal set. Returns
-    ``(loss, huber_share, cql_share)``; ``loss`` carries the gradient into ``q_all``:
-    (Huber'(Q(o,a) − y) − λ 1[a]) / B at the taken action plus λ softmax_legal(Q) / B (CQL).
-
-    Implements: SAC-CRITIC-2 (SAC-CRITIC-1, SAC-CQL-1).
-    """
-    _checks.index_in_range(actions, q_all.shape[-1], "SAC-CRITIC-2", "actions")
-    rows = q_all.shape[0]
-    idx = actions.long().unsqueeze(-1)
-    q = q_all.detach()
-    taken = q.gather(-1, idx).squeeze(-1)
-    huber = F.huber_loss(taken, target.detach(), reduction="none", delta=delta).mean()
-    coef = _huber_grad(taken - target.detach(), delta)  # the Huber gradient at the taken action, per row
-    grad = torch.zeros_like(q)
-    cql = q.new_zeros(())
-    if use_cql:
-        lse, big = q.new_empty(rows), torch.finfo(q.dtype).max
-        for r in row_blocks(q):
-            z = q[r] if legal_mask is None else q[r].add(float_mask(legal_mask[r], q.dtype).sub_(1.0), alpha=big)
-            lse[r] = torch.logsumexp(z, dim=-1)  # illegal actions leave the sum (pushed to -max: exp = 0)
-            torch.softmax(z, dim=-1, out=grad[r])  # ∂ logsumexp / ∂Q
-        grad.mul_(lam_cql)
-        cql = lam_cql * (lse.mean() - taken.mean())
-        coef = coef - lam_cql
-    grad.scatter_add_(-1, idx, coef.unsqueeze(-1)).div_(rows)
-    return _WithGrad.apply(q_all, huber + cql, grad), huber, cql
-
-
-def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, lam_bc: float = 0.1,
-                      eps: float | None = None):
-    r"""Fast path of option A :func:`policy_loss_total` from the policy *logits* (the masked softmax
-    and its ε-clip included): L_π = E_o Σ_{A(s)} π (α log π − min Q) plus L_BC. Returns
-    ``(loss, policy_share, bc_share, entropy_rows)``: ``loss`` carries the gradient into ``logits``;
-    ``entropy_rows`` is H(π) per row (SAC-ENT-2), detached.
-
-    With g = ∂L/∂π (legal entries: (α (log π + 1) − q) / B; at a demo's action also −λ/(n_demo π)),
-    the ε-clip passes g where softmax ≥ ε and the softmax maps it to s ⊙ (g − ⟨g, s⟩).
-
-    Implements: SAC-POL-3 (SAC-POL-1, SAC-BC-1, SAC-MASK-1/2, SAC-ENT-2).
-    """
-    from reference_impl.sac.backup import row_blocks
-    from reference_impl.sac.masking import PROB_EPS, float_mask
-
-    _checks.bool_mask(is_demo, "SAC-BC-1", "is_demo")
-    _checks.index_in_range(actions, logits.shape[-1], "SAC-BC-1", "actions")
-    rows = logits.shape[0]
-    eps = max(PROB_EPS if eps is None else eps, torch.finfo(logits.dtype).tiny)
-    z_all, idx, big = logits.detach(), actions.long().unsqueeze(-1), torch.finfo(logits.dtype).max
-    demo = is_demo.to(logits.dtype)
-    n_demo = demo.sum().clamp_min(1.0)
-    bc_coef = -lam_bc * demo / n_demo  # ∂L_BC/∂π(a*) = bc_coef / π(a*)
-    grad = torch.empty_like(z_all)
-    soft, ent = z_all.new_empty(rows), z_all.new_empty(rows)
-    log_taken = z_all.new_empty(rows)
-    for r in row_blocks(z_all):
-        legal = float_mask(legal_mask[r], z_all.dtype)
-        s = torch.softmax(z_all[r].add(legal - 1.0, alpha=big), dim=-1)  # SAC-MASK-1 (illegal: exactly 0)
-        pi = s.clamp_min(eps)  # SAC-MASK-2
-        log_pi = pi.log()
-        w = pi.mul_(legal)  # π on the legal set, 0 elsewhere (pi is not needed any more)
-        q = torch.minimum(q1[r], q2[r]).detach()
-        ent[r] = -torch.linalg.vecdot(w, log_pi)  # SAC-ENT-2
-        soft[r] = torch.linalg.vecdot(w, q)
-        taken = log_pi.gather(-1, idx[r]).squeeze(-1)
-        log_taken[r] = taken
-        g = log_pi.add_(1.0).mul_(alpha).sub_(q).mul_(legal).div_(rows)  # ∂(E_o L_π)/∂π on the legal set
-        g.scatter_add_(-1, idx[r], (bc_coef[r] * torch.exp(-taken))[:, None])  # SAC-BC-1: bc_coef / π(a*)
-        g.mul_(float_mask(s >= eps, g.dtype))  # the clip's pass-through
-        torch.mul(s, g.sub_(torch.linalg.vecdot(g, s)[:, None]), out=grad[r])  # softmax backward
-    pol = (-(alpha * ent + soft)).mean()  # E_o Σ π (α log π − q)
-    bc = lam_bc * (-(log_taken * demo)).sum() / n_demo
-    return _WithGrad.apply(logits, pol + bc, grad), pol, bc, ent

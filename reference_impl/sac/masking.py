@@ -35,25 +35,6 @@ def masked_softmax(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: float
     return torch.softmax(masked, dim=-1).clamp_min(max(eps, torch.finfo(logits.dtype).tiny))
 
 
-def float_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool mask as 0/1 in ``dtype``: read as bytes, which converts several times faster than bool,
-    so that the fast paths can mask by multiplication (much faster than a bool ``masked_fill``)."""
-    return mask.view(torch.uint8).to(dtype)
-
-
-def masked_softmax_fast(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: float = PROB_EPS) -> torch.Tensor:
-    """Fast path of :func:`masked_softmax` (no guards, fewer passes): illegal logits pushed down by the
-    dtype's largest finite value, so the softmax's own max shift is the max over the legal logits and
-    illegal entries get exactly 0, as exp(−10⁹) does in the plain formula; legal logits are untouched
-    (z + 0); then the same ε-clip. The differential test in test_sac_fastpaths.py holds it to the plain one.
-
-    Implements: SAC-MASK-1, SAC-MASK-2.
-    """
-    fi = torch.finfo(logits.dtype)
-    probs = torch.softmax(logits.add(float_mask(legal_mask, logits.dtype).sub_(1.0), alpha=fi.max), dim=-1)
-    return probs.clamp_min(max(eps, fi.tiny))
-
-
 def legal_set(
     compliance: torch.Tensor, *, eos_index: int, fallback: torch.Tensor, min_legal: int = 3
 ) -> torch.Tensor:

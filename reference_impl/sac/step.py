@@ -17,9 +17,20 @@ from typing import Callable, Sequence
 
 import torch
 
-from reference_impl.sac.backup import td_target, top_p_backup_fused, top_p_select, top_p_soft_value
-from reference_impl.sac.losses import (bc_loss, clamp_log_alpha, critic_head_fused, critic_loss, critic_loss_total,
-                                       policy_head_fused, policy_loss_total, temperature_loss)
+from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
+from reference_impl.sac.fast import (
+    critic_head_fused,
+    policy_head_fused,
+    top_p_backup_fused,
+)
+from reference_impl.sac.losses import (
+    bc_loss,
+    clamp_log_alpha,
+    critic_loss,
+    critic_loss_total,
+    policy_loss_total,
+    temperature_loss,
+)
 from reference_impl.sac.masking import PROB_EPS, entropy, masked_softmax, target_entropy
 from reference_impl.sac.updates import soft_update_
 
@@ -82,7 +93,7 @@ def _critic_objective_plain(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, d
 
 def _critic_objective_fused(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict]:
     """The critic objective through the fused heads: the same formulas (its plain twin above is the
-    oracle, conformance_tests/test_sac_fastpaths.py), with no [B, |A|] temporaries besides the network outputs."""
+    oracle, conformance_tests/meta/test_sac_fastpaths.py), with no [B, |A|] temporaries besides the network outputs."""
     alpha = s["log_alpha"].detach().exp()
     with torch.no_grad():
         q1_t, q2_t = s["target"](b["next_obs"])

@@ -160,7 +160,7 @@ def dispatch_rows(d: dict) -> list[list[str]]:
     acc, trl = sac["reference_accelerator_plan"], sac["torchrl"]
     flat = len(set(acc.values())) == 1
     worst = max(acc.values()) / max(trl.values())
-    return [[f"aten ops dispatched per SAC update, \|A\| {d['actions']}, Adam(foreach) [cpu count]",
+    return [[rf"aten ops dispatched per SAC update, \|A\| {d['actions']}, Adam(foreach) [cpu count]",
              f"accelerator plan (a GPU's) {by_b(acc)}; CPU plan (row blocks) {by_b(sac['reference_cpu_plan'])}",
              f"TorchRL `DiscreteSACLoss` + Adam {by_b(trl)}", f"**{1 / worst:.2f}**",
              f"≤ TorchRL, flat in B: {_met(flat and worst <= 1)} (flat in B: {_met(flat)})"],

@@ -28,15 +28,18 @@ def _link(spec: Spec, cid: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _reference_sources() -> str:
-    root = Path(importlib.util.find_spec("reference_impl").origin).parent  # its files, without importing torch
-    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py")))
+def _producer_sources() -> str:
+    """The code that produces gate metrics: the reference's trainers (read as files, without importing torch)
+    and the go-live runs that pool them (rlconform.golive)."""
+    root = Path(importlib.util.find_spec("reference_impl").origin).parent
+    files = [*sorted(root.rglob("*.py")), Path(importlib.util.find_spec("rlconform.golive").origin)]
+    return "\n".join(p.read_text(encoding="utf-8") for p in files)
 
 
 def gate_producers(spec: Spec) -> dict[str, bool]:
-    """Gate clause id -> whether the reference implementation's source mentions its metric as a quoted
-    name or a keyword argument (a logged figure); False marks a gate no bundled code produces."""
-    src = _reference_sources()
+    """Gate clause id -> whether the code that produces gate metrics (:func:`_producer_sources`) mentions its
+    metric as a quoted name or a keyword argument (a logged figure); False marks a gate nothing produces."""
+    src = _producer_sources()
     out = {}
     for c in spec.clauses.values():
         if c.kind == "gate":

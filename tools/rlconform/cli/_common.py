@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from tqdm.auto import tqdm
 
@@ -11,6 +12,19 @@ from tqdm.auto import tqdm
 class UsageError(Exception):
     """A bad argument or input file named on the command line: the command exits 2 with this message. Every
     other exception is a fault of rlconform itself and exits 4."""
+
+
+def writable_dir(path: str, flag: str) -> Path:
+    """``path`` as an existing directory this process can write into (created if need be), or a usage error
+    that names ``flag``: found before any work starts, never as a traceback after it."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot create the directory ({e.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: the directory is not writable")
+    return out
 
 
 def print_or_drop(text: str) -> None:

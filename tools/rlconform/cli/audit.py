@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from conformance_tests.expectations import load_expectations
 from conformance_tests.preflight import PreflightError, run as preflight
 from rlconform import audit
-from rlconform.cli._common import AuditProgress, UsageError, print_or_drop
+from rlconform.cli._common import AuditProgress, UsageError, print_or_drop, writable_dir
 from rlconform.spec import FAMILIES, default_spec
 from rlconform.spec.yamlfile import YamlFileError
 
@@ -37,6 +36,8 @@ def add_parser(sub) -> None:
                                                    "(a CUDA device simulated on the CPU, which refuses what CUDA refuses)")
     a.add_argument("--out", default="rlconform-audit", help="output directory (default: ./rlconform-audit)")
     a.add_argument("--family", action="append", choices=FAMILIES, help="audit only this family (repeatable)")
+    a.add_argument("--families", default=None, metavar="F1,F2",
+                   help="the same as --family, comma-separated, as pytest's --families spells it")
     a.add_argument("--clause", action="append", metavar="ID",
                    help="audit only this clause, e.g. SAC-TD-1 (repeatable; the report covers only these)")
     a.add_argument("--expectations", default=None, help="YAML of known failures (list of {clause, reason, link} "
@@ -58,7 +59,13 @@ def run(args, rest) -> int:
         load_expectations(args.expectations, default_spec().clauses)
     except YamlFileError as e:
         raise UsageError(f"--expectations: {e}") from None
+    out = writable_dir(args.out, "--out")
     spec = default_spec()
+    for fam in (args.families or "").split(","):
+        if fam.strip() and fam.strip() not in FAMILIES:
+            raise UsageError(f"--families: unknown family {fam.strip()!r} (choose from {', '.join(FAMILIES)})")
+        if fam.strip():
+            args.family = [*(args.family or []), fam.strip()]
     for cid in args.clause or ():
         if cid not in spec.clauses:
             raise UsageError(f"--clause {cid}: no such clause (rlconform spec list)")
@@ -81,8 +88,6 @@ def run(args, rest) -> int:
     print(f"rlconform audit: {pf.impl_string} ({pf.name or '?'} {pf.version or '?'}), families "
           f"{', '.join(families or pf.ops)}" + (f", clauses {', '.join(args.clause)}" if args.clause else "") +
           f", profile {args.profile}, device {args.device}", file=sys.stderr)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     with audit.stops_as_interrupt(), AuditProgress() as progress:
         try:
             payload = audit.run_suite(pf.impl_string, profile=args.profile, device=args.device,

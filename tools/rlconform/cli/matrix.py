@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conformance_tests.options import PROFILES
 from rlconform import audit, matrix
-from rlconform.cli._common import AuditProgress, UsageError
+from rlconform.cli._common import AuditProgress, UsageError, writable_dir
 
 MATRIX_EXIT_CODES = """exit codes of `rlconform matrix`:
   0  the matrix was written (and, with --check, agrees with the pins and every finding has a page)
@@ -60,7 +60,7 @@ def run(args, rest) -> int:
                            Path(args.findings) if args.findings else matrix.default_findings(src.parent))
         matrix.write(m, src.parent)  # finding pages may have been added since the run
     else:
-        out = Path(args.out)
+        out = writable_dir(args.out, "--out")
 
         def say(lib, msg):
             print(f"rlconform matrix: {lib}: {msg}", file=sys.stderr, flush=True)

@@ -6,7 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
-from rlconform.cli._common import UsageError
+from rlconform.cli._common import UsageError, writable_dir
 
 # Results studies: ``rlconform study NAME`` runs ``module.run`` then ``module.publish``.
 STUDIES = {"isreshape-lm": "rlconform.study.isreshape_lm"}
@@ -53,7 +53,7 @@ def run(args, rest) -> int:
             **({"pretrains": tuple(range(args.pretrain_seeds))} if args.pretrain_seeds else {}),
             **({"chosen": chosen} if chosen is not None else {})}
     if not args.no_run:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
+        writable_dir(args.out, "--out")
         argv = [a for a in args.argv_ if a != "--no-run"]
         cut = [i for i, a in enumerate(argv) if a.startswith("--publish")]
         if cut:  # the page names the command that made the runs, not where it was published

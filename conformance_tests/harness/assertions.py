@@ -1,0 +1,147 @@
+"""Assertion helpers: closeness within a clause's tolerance, dtypes, gradients, equality, properties,
+rejected inputs, and finite differences as an independent gradient oracle.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from conformance_tests.harness.capabilities import capability
+from conformance_tests.harness.device import _to_numpy
+from conformance_tests.harness.failures import fail
+from conformance_tests.harness.state import _severity_of
+from conformance_tests.harness.tolerances import _default_dtype, tolerance
+
+
+def assert_close(got: Any, expected: Any, clause: str, *, dtype: Any = None, what: str = "",
+                 approx: str | None = None) -> None:
+    """``got`` equals ``expected`` within the clause's tolerance for ``dtype``.
+
+    ``dtype`` is the dtype of the inputs the operation was given; when omitted it is the widest
+    floating dtype among the inputs of the test's last recorded call (the expected value's dtype
+    when no call was recorded), never ``got``'s: a float32 result for float64 inputs is held to the
+    float64 tolerance. ``approx="gradient"`` when ``expected``
+    comes from finite differences.
+    """
+    if dtype is None:
+        dtype = _default_dtype(expected)
+    rtol, atol = tolerance(clause, dtype, approx=approx)
+    g, e = _to_numpy(got), _to_numpy(expected)
+    if g.shape != e.shape and not (g.size == 1 and e.size == 1):
+        fail(clause, f"shape {g.shape}", f"shape {e.shape}", what)
+    g = g.reshape(e.shape) if g.size == e.size else g
+    if not np.all(np.isfinite(g) == np.isfinite(e)):
+        fail(clause, got, expected, f"{what} non-finite values differ".strip(),
+             severity="critical" if (~np.isfinite(g) & np.isfinite(e)).any() else "major")
+    fin = np.isfinite(e)
+    ok = np.allclose(g[fin].astype(np.float64), e[fin].astype(np.float64), rtol=rtol, atol=atol) if fin.any() else True
+    if not ok or not np.array_equal(g[~fin], e[~fin]):
+        err = np.max(np.abs(g[fin].astype(np.float64) - e[fin].astype(np.float64))) if fin.any() else float("nan")
+        fail(clause, got, expected, f"{what} max abs error {err:.3g} > atol {atol:g} + rtol {rtol:g}·|expected|".strip(),
+             severity=_severity_of(g.astype(np.float64), e.astype(np.float64), float(err)))
+
+
+def assert_dtype(got: Any, dtype: torch.dtype, clause: str, what: str = "") -> None:
+    """``got`` (a tensor, or a dict/list/tuple of them: every floating one) is of ``dtype``."""
+    if isinstance(got, dict):
+        for k, v in got.items():
+            assert_dtype(v, dtype, clause, f"{what}[{k!r}]")
+        return
+    if isinstance(got, (list, tuple)):
+        for i, v in enumerate(got):
+            assert_dtype(v, dtype, clause, f"{what}[{i}]")
+        return
+    if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != dtype:
+        fail(clause, f"a {str(got.dtype).replace('torch.', '')} result",
+             f"{str(dtype).replace('torch.', '')}, the dtype of the inputs", what)
+
+
+def assert_low_precision(got: Any, exact: Any, clause: str, dtype: torch.dtype, what: str = "") -> None:
+    """A low-precision result against the float64 answer for the *same rounded inputs*, within the
+    clause's tolerance for ``dtype``: finiteness alone would pass a constant or zeroed output."""
+    assert_that(torch.isfinite(got.float()) if isinstance(got, torch.Tensor) else math.isfinite(float(got)),
+                clause, got, f"finite {what} in {dtype}".strip())
+    assert_close(got, exact, clause, dtype=dtype, what=what)
+
+
+def assert_no_grad(clause: str, what: str, *leaves: torch.Tensor) -> None:
+    """Each leaf (created with ``requires_grad=True`` by the test) got no gradient: ``.grad`` is None
+    or all zero after the backward pass of a loss that must treat it as a constant."""
+    for i, t in enumerate(leaves):
+        if t.grad is not None and bool((t.grad != 0).any()):
+            name = what if len(leaves) == 1 else f"{what} #{i + 1}"
+            fail(clause, t.grad, f"no gradient into {name} (a constant of the loss)")
+
+
+def grad_of(loss: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+    """∂loss/∂leaf without touching ``.grad`` (the graph is kept); zeros when the loss does not reach it."""
+    (g,) = torch.autograd.grad(loss, [leaf], retain_graph=True, allow_unused=True)
+    return torch.zeros_like(leaf) if g is None else g
+
+
+def assert_no_grad_into(loss: torch.Tensor, clause: str, **leaves: torch.Tensor) -> None:
+    """The loss sends no gradient into any of the named leaves (networks or inputs it must hold constant)."""
+    for name, leaf in leaves.items():
+        g = grad_of(loss, leaf)
+        assert_that(bool((g == 0).all()), clause, g, f"no gradient into {name}")
+
+
+def grad_leaves(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Fresh ``requires_grad=True`` leaf copies of floating tensors (others are returned unchanged)."""
+    return [t.detach().clone().requires_grad_(True) if t.is_floating_point() else t for t in tensors]
+
+
+def assert_equal(got: Any, expected: Any, clause: str, what: str = "") -> None:
+    """Exact equality (tensors compared elementwise and by shape)."""
+    g, e = _to_numpy(got), _to_numpy(expected)
+    if g.shape != e.shape or not np.array_equal(g, e):
+        fail(clause, got, expected, what)
+
+
+def assert_that(condition: Any, clause: str, got: Any, should: str) -> None:
+    """A property check: ``should`` says in words what ``got`` should have been."""
+    if isinstance(condition, torch.Tensor):
+        condition = bool(condition.all())
+    if not condition:
+        fail(clause, got, should)
+
+
+def assert_rejects(clause: str, fn: Callable, *args, **kwargs) -> Exception:
+    """Bad input: the operation must raise, never return silent garbage. An implementation that
+    declares ``errors_name_clauses`` (the reference does) must also name ``clause`` in the message;
+    a third-party library passes on any exception that rejects the input."""
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        raised = e
+    else:
+        fail(clause, result, "an error (bad input must not pass silently)")
+    if capability("errors_name_clauses", False) and clause not in str(raised):
+        fail(clause, f"{type(raised).__name__}({str(raised)[:120]!r})", f"an error whose message names {clause}")
+    return raised
+
+
+@contextlib.contextmanager
+def no_grad_leak(*tensors: torch.Tensor):
+    """Fail if any of ``tensors`` receives a gradient inside the block (detached inputs)."""
+    yield
+    for t in tensors:
+        if t.grad is not None and bool((t.grad != 0).any()):
+            raise AssertionError("gradient leaked into a tensor that must be detached")
+
+
+def finite_difference(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
+    """Central finite-difference gradient of the scalar ``fn`` at float64 ``x`` (an independent oracle)."""
+    x = x.detach().to(torch.float64)
+    grad = torch.zeros_like(x)
+    flat = grad.view(-1)
+    for i in range(x.numel()):
+        e = torch.zeros_like(x).view(-1)
+        e[i] = h
+        e = e.view_as(x)
+        flat[i] = (float(fn(x + e)) - float(fn(x - e))) / (2 * h)
+    return grad

@@ -1,0 +1,140 @@
+"""What the implementation declares about itself (``impl.capabilities``): masks, dtypes, gradients,
+conventions, and the *not applicable* verdict a test takes when its point is something undeclared.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from rlconform.spec import default_spec, same_value
+
+from conformance_tests.harness import state
+from conformance_tests.harness.state import NOT_APPLICABLE, ImplementationError
+
+
+def set_capabilities(capabilities: dict | None) -> None:
+    state._STATE["capabilities"] = dict(capabilities or {})
+
+
+def declared_capabilities() -> dict:
+    """A copy of everything the implementation declares (to restore after a meta-test changes it)."""
+    return dict(state._STATE["capabilities"])
+
+
+def capability(name: str, default: Any = None) -> Any:
+    """What the implementation declares about itself (``impl.capabilities``), e.g. ``errors_name_clauses``."""
+    return state._STATE["capabilities"].get(name, default)
+
+
+# What an implementation may declare in ``impl.capabilities`` besides ``errors_name_clauses`` (documented
+# in conformance_tests/contract/__init__.py); the defaults are what the reference does. Undeclared
+# ``dtypes`` means every dtype the suite tests (the reference's), so the reference keeps its half tests.
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+CAPABILITY_DEFAULTS = {"masks": True, "dtypes": list(DTYPES), "differentiable": True,
+                       "terminated_truncated": False, "train_dtype": None}
+
+
+def not_applicable(reason: str) -> None:
+    """End the current test as *not applicable*: its whole point is something the implementation declares
+    it does not do (``masks: False`` for an illegal-action boundary...). Never an error, never a pass."""
+    pytest.skip(f"{NOT_APPLICABLE} {reason}")
+
+
+def reported(out: dict, key: str, op: str) -> Any:
+    """``out[key]`` of an op's result dict; a diagnostic the implementation does not compute makes the check
+    that reads it *not applicable* (never a KeyError): tests demand only the keys the contract requires."""
+    if key not in out:
+        not_applicable(f"{op} reports no {key!r}")
+    return out[key]
+
+
+def masks_supported() -> bool:
+    """``masks`` (default True). False: masked ops only ever receive all-legal masks."""
+    return bool(capability("masks", CAPABILITY_DEFAULTS["masks"]))
+
+
+def require_masks(what: str = "this test needs an illegal action") -> None:
+    """Not applicable unless the implementation handles masks with illegal actions."""
+    if not masks_supported():
+        not_applicable(f"{what}; the implementation declares masks=False")
+
+
+def declared_dtypes() -> tuple[torch.dtype, ...]:
+    """The floating dtypes the implementation declares (``dtypes``), in the order of :data:`DTYPES`."""
+    names = capability("dtypes", CAPABILITY_DEFAULTS["dtypes"]) or ()
+    unknown = sorted(set(names) - set(DTYPES))
+    if unknown:
+        raise ImplementationError(f"impl.capabilities['dtypes'] names unknown dtype(s) {unknown} (known: {DTYPES})")
+    return tuple(getattr(torch, n) for n in DTYPES if n in names)
+
+
+def supports_dtype(dtype: torch.dtype | str) -> bool:
+    return str(dtype).replace("torch.", "") in {str(d).replace("torch.", "") for d in declared_dtypes()}
+
+
+def require_dtype(dtype: torch.dtype | str) -> None:
+    """Not applicable when the test is about a dtype the implementation does not declare."""
+    if not supports_dtype(dtype):
+        not_applicable(f"{str(dtype).replace('torch.', '')} is not among the declared dtypes")
+
+
+def working_dtype(preferred: torch.dtype = torch.float64) -> torch.dtype:
+    """``preferred`` when declared, else the widest declared dtype: fixed-input tests build their inputs in
+    it and take the clause's tolerance for it."""
+    dts = declared_dtypes()
+    if not dts:
+        not_applicable("the implementation declares no floating dtype")
+    return preferred if preferred in dts else dts[-1]
+
+
+def differentiable(op: str) -> bool:
+    """``differentiable`` (default True): False, or a list of op names ("ppo.gae") without ``op``, says the
+    op's outputs carry no gradient; gradient checks on them are then not applicable (values still checked)."""
+    decl = capability("differentiable", CAPABILITY_DEFAULTS["differentiable"])
+    return bool(decl) if isinstance(decl, bool) else op in set(decl or ())
+
+
+def require_differentiable(op: str) -> None:
+    if not differentiable(op):
+        not_applicable(f"{op}: the implementation declares its outputs carry no gradient")
+
+
+def terminated_truncated() -> bool:
+    """``terminated_truncated`` (default False): ops that take ``done`` also accept ``truncated=``."""
+    return bool(capability("terminated_truncated", CAPABILITY_DEFAULTS["terminated_truncated"]))
+
+
+def declares(name: str) -> bool:
+    """Whether the implementation declares convention ``name`` at all (even at the seed's value)."""
+    return name in (capability("conventions") or {})
+
+
+def convention(name: str, clause: str | None = None, *, record: bool = True) -> Any:
+    """The value of convention ``name`` (spec/conventions.yaml) the test's oracle must follow.
+
+    The implementation's declared value (``impl.capabilities["conventions"][name]``) or, undeclared, the
+    seed's value for ``clause`` (default: the current test's clauses; a family's document may fix its own).
+    A declared value other than the seed's is recorded as a deviation of the current test, which then
+    passes with status *deviation*, never plain pass. A value outside the convention's allowed values is
+    the implementation's error. ``record=False`` only peeks: for an oracle that follows the declared value
+    on the inputs where it binds and records it there (a clamp that no drawn token reaches is no deviation).
+    """
+    conv = default_spec().convention(name)
+    seed = conv.seed_for((clause,) if clause else state._STATE["clauses"])
+    declared = capability("conventions") or {}
+    if name not in declared:
+        return seed
+    value = declared[name]
+    if not conv.allows(value):
+        raise ImplementationError(f"impl.capabilities['conventions'][{name!r}] = {value!r} is not an allowed value "
+                                  f"(spec/conventions.yaml: {conv.allowed})")
+    if record and not same_value(value, seed):
+        state._STATE["deviations"][name] = {"convention": name, "declared": value, "seed": seed,
+                                            "consequence": conv.consequence(value)}
+    return value
+
+
+def deviations() -> list[dict]:
+    """The deviations the current test's oracle followed (see :func:`convention`), by convention id."""
+    return [dict(d) for _, d in sorted(state._STATE["deviations"].items())]

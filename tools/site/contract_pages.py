@@ -1,0 +1,60 @@
+"""The contract pages: each family's Protocol (``conformance_tests/contract/``) rendered as the operations an
+implementation may provide, with their signatures and docstrings."""
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+import textwrap
+
+from conformance_tests import contract
+from tools.site.introspect import signature
+from tools.site.markup import cell, text
+
+
+def contract_families() -> list[str]:
+    return [f for f in contract.FAMILIES if contract.available(f)]
+
+
+def contract_page(family: str) -> str:
+    proto = contract.protocol(family)
+    mod = sys.modules[proto.__module__]
+    out = [f"# {family} contract", "",
+           f"The operations an implementation's `impl.{family}` namespace may provide, rendered from "
+           f"`{proto.__module__}.{proto.__name__}`. Each is a plain function (no `self`); an operation you "
+           "leave out makes its clauses *not applicable*, never failed.", ""]
+    if mod.__doc__:
+        out += [_doc_block(mod.__doc__), ""]
+    names = contract.op_names(family)
+    out += ["| operation | summary |", "|---|---|"]
+    out += [f"| [`{n}`](#{n}) | {_summary(getattr(proto, n).__doc__)} |" for n in names]
+    out.append("")
+    for n in names:
+        fn = getattr(proto, n)
+        out += [f"## `{n}` {{ #{n} }}", "", "```python", f"def {signature(fn, n)}", "```", "",
+                _doc_block(fn.__doc__ or ""), ""]
+    return "\n".join(out)
+
+
+def _doc_block(doc: str) -> str:
+    """A docstring as Markdown paragraphs (``code`` becomes `code`; *emphasis* is kept)."""
+    out = []
+    for p in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
+        lines = [ln for ln in p.splitlines() if ln.strip()]
+        if not lines:
+            continue
+        if all(ln[:1].isspace() for ln in lines):  # an indented (reST literal) block
+            out.append("```python\n" + textwrap.dedent(p.strip("\n")) + "\n```")
+        else:
+            out.append(text(re.sub(r"::$", ":", p.rstrip()).replace("``", "`"), emphasis=True))
+    return "\n\n".join(out)
+
+
+def _summary(doc: str | None, limit: int = 150) -> str:
+    """The docstring's first paragraph, cut at a word boundary."""
+    para = " ".join(re.split(r"\n\s*\n", inspect.cleandoc(doc or ""))[0].split()).replace("``", "`")
+    if len(para) > limit:
+        para = para[:limit].rsplit(" ", 1)[0] + " …"
+        if para.count("`") % 2:
+            para = para.replace(" …", "` …")
+    return cell(para, emphasis=True)
