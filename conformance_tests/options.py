@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 
 DEFAULT_TIMEOUT = 120.0  # seconds a test may spend inside the implementation
+# Operations that hung a test process so deeply that the audit killed it (set by the runner for the process it
+# starts next): every later call of one fails at once, so one such hang costs one test budget, not one per clause.
+KILLED_OPS_VAR = "RLCONFORM_KILLED_OPS"
 PROFILES = ("ci", "release", "mutant")
 # (namespaced name, short alias, argparse keywords)
 OPTIONS = (

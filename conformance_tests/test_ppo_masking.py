@@ -26,6 +26,7 @@ from conformance_tests.harness import (
     on_device,
     slack,
     to_numpy,
+    working_dtype,
 )
 
 
@@ -170,6 +171,21 @@ def test_new_log_prob_golden_far_below_the_max(ppo):
     mask = torch.tensor([[True, True, False]])
     new, _ = ppo.evaluate_actions(z, mask, torch.tensor([1]))
     assert_close(new, [-800.0], "PPO-LOGP-1")
+
+
+@pytest.mark.clause("PPO-LOGP-1")
+def test_new_log_prob_golden_with_the_largest_logit_illegal(ppo):
+    # The largest logit is on the illegal action. Masking first and normalising once gives log ½ and the
+    # gradient (½, 0, −½) to the dtype's precision; normalising over every action first (torch's Categorical on
+    # the raw logits) and masking after shifts the legal logits by about 513 and back, which in float32 rounds
+    # them to the spacing at 513 (6.1e-5): an error of 3e-5, and gradient on the illegal logit.
+    dt = working_dtype(torch.float32)
+    z = torch.tensor([[0.0, 513.0, 0.0]], dtype=dt, requires_grad=True)
+    mask = torch.tensor([[True, False, True]])
+    new, _ = ppo.evaluate_actions(z, mask, torch.tensor([0]))
+    assert_close(new, [-math.log(2)], "PPO-LOGP-1", dtype=dt, what="log-prob with the largest logit illegal")
+    (grad,) = torch.autograd.grad(new.sum(), z)
+    assert_close(grad, [[0.5, 0.0, -0.5]], "PPO-LOGP-1", dtype=dt, what="gradient with the largest logit illegal")
 
 
 @pytest.mark.clause("PPO-LOGP-1")

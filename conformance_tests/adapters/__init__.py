@@ -34,3 +34,49 @@ def distribution_ops(dist: Callable[[Any, Any], Any]) -> dict[str, Callable]:
 
     return {"masked_distribution": masked_distribution, "sample_actions": sample_actions,
             "evaluate_actions": evaluate_actions}
+
+
+def left_out(reason: str, *ops: str) -> dict[str, str]:
+    """``{"family.op": reason}`` for ops an adapter does not provide, all for one reason (an adapter's
+    ``LEFT_OUT`` is a merge of these; ``rlconform matrix`` lists them per library)."""
+    return dict.fromkeys(ops, reason)
+
+
+# Ops that exist only in the seeds' own trainers: no general RL library implements them, so every adapter
+# that covers the family leaves them out for this reason (merge the families it covers).
+SEED_ONLY = {
+    "sac": left_out(
+        "the seed's character-level text pipeline (seed 000 §3-§8: legal-set fallback, n-gram coverage, "
+        "InfoNCE queue, bigram bonus, step reward, potential shaping, dual buffer, DAgger, teacher relabel): "
+        "no RL library has it",
+        "sac.legal_set", "sac.ngram_coverage", "sac.info_nce", "sac.nce_queue_push", "sac.bigram_bonus",
+        "sac.step_reward", "sac.shaped_reward", "sac.mix_counts", "sac.dagger_teacher_ratio",
+        "sac.resolve_teacher_action"),
+    "ppo": left_out(
+        "the seed's self-test and health metrics (seed 002 §7, §11) and local-index remapping (§5): "
+        "no RL library computes them",
+        "ppo.entropy_ratio", "ppo.log_ratio_excess", "ppo.ratio_std", "ppo.entropy_trend", "ppo.local_sample",
+        "ppo.local_log_prob"),
+    "ccapo": left_out(
+        "CCAPO's STDB credit machinery (seed 004 §3-§5, §7: fingerprints, anchors, edge statistics, Q_STDB, "
+        "time-penalised return, loop filter, micro advantage, fusion, STDB updates): no RL library has it",
+        "ccapo.fingerprint", "ccapo.abstract_location", "ccapo.anchor", "ccapo.importance", "ccapo.criticality",
+        "ccapo.distance_decay", "ccapo.q_stdb", "ccapo.score_steps", "ccapo.macro_return", "ccapo.loop_mask",
+        "ccapo.micro_reward", "ccapo.micro_raw_advantage", "ccapo.micro_advantage", "ccapo.fuse_advantages",
+        "ccapo.stdb_update"),
+    "isreshape": left_out(
+        "IS Reshape's own weight (seed 003: gamma(|A|) schedule, reshaped weight and closed form, its loss, "
+        "SFT variant and metrics): no RL library has it",
+        "isreshape.reward_gamma", "isreshape.reshape_weight", "isreshape.reshape_f", "isreshape.policy_loss",
+        "isreshape.sft_loss", "isreshape.loss_metrics", "isreshape.sft_metrics"),
+}
+DEFAULTS_REASON = ("the seed's table of default numbers: a library's defaults are its own configuration, not an op "
+                   "that returns the seed's")
+
+
+def seed_only(*families: str) -> dict[str, str]:
+    """The seed-only ops and the ``defaults`` op of ``families``, with their reasons."""
+    out: dict[str, str] = {}
+    for f in families:
+        out |= SEED_ONLY[f] | {f"{f}.defaults": DEFAULTS_REASON}
+    return out

@@ -10,14 +10,52 @@ value (its logger only holds means over the whole update), so the adapter reads 
 (``policy_loss``, ``ratio``, ``approx_kl_div``, ...) from its frame when train() calls
 ``optimizer.zero_grad()``: the numbers are sb3's, computed by its code. ``kl_early_stop`` is left out: the
 rule lives inside train() on sb3's own k3 of the replayed log-probs, not on a given value.
+
+``sac.temperature_loss``: stable_baselines3's ``SAC.train()`` (SB3 ``sac/sac.py:205``, continuous actions) with
+``ent_coef="auto"``: its entropy-coefficient loss ``-(log_ent_coef * (log_prob + target_entropy).detach()).mean()``
+(:240) is read from train()'s frame when it calls the coefficient optimiser's ``zero_grad`` (:250), before any
+backward. The caller's log alpha is the ``log_ent_coef`` train() reads, and the actor's ``action_log_prob``
+returns −H per state: SB3's log-prob of the sampled action is its one-sample estimate of −H, the only thing the
+formula reads of the policy. ``temperature_update`` is left out: SB3 steps log alpha with Adam (:193), not the
+contract's SGD rule.
 """
 from __future__ import annotations
 
 import sys
 import types
 
-from conformance_tests.adapters import distribution_ops
+from conformance_tests.adapters import distribution_ops, left_out, seed_only
 from conformance_tests.errors import NotApplicable
+
+# The contract ops of the covered families (ppo; sac through stable_baselines3's SAC) left out, and why.
+LEFT_OUT = {
+    **seed_only("ppo", "sac"),
+    "ppo.masked_logits": "MaskableCategorical masks inside the distribution (fill -1e8, distributions.py:59): reached "
+                         "through masked_distribution",
+    **left_out("computed inline in MaskablePPO.train() (ppo_mask.py:352-394) on the policy's own log-probs: reached "
+               "through ppo.losses and ppo.ppo_update", "ppo.ratio", "ppo.approx_kl", "ppo.k3_kl", "ppo.clip_fraction",
+               "ppo.clipped_policy_loss", "ppo.value_loss", "ppo.total_loss", "ppo.clip_grad_norm"),
+    "ppo.kl_early_stop": "the rule lives inside train() on sb3's own k3 of the replayed log-probs (ppo_mask.py:397), "
+                         "not on a given value: reached through ppo.ppo_update",
+    "ppo.scale_reward": "VecNormalize scales by a running std of returns, not by a fixed scale with a clip to [-1, 1]",
+    **left_out("no MAPPO (episode, timestep, agent) batches in sb3", "ppo.align_batch", "ppo.check_alignment"),
+    **left_out("SB3's SAC is continuous (a squashed Gaussian actor): no discrete masked policy, so the discrete "
+               "soft value, entropy, Top-p backup and masked policy loss do not exist there",
+               "sac.masked_softmax", "sac.target_entropy", "sac.entropy", "sac.soft_value", "sac.top_p_select",
+               "sac.top_p_probs", "sac.top_p_soft_value", "sac.policy_loss", "sac.policy_loss_top_p",
+               "sac.policy_loss_total", "sac.entropy_from_logits", "sac.soft_value_from_logits",
+               "sac.policy_loss_from_logits", "sac.losses"),
+    **left_out("computed inline in SAC.train() (sac.py:263-270) on its own critics' next Q-values: no function of "
+               "given tensors", "sac.td_target", "sac.critic_loss", "sac.critic_loss_total"),
+    "sac.temperature_update": "SB3 steps log alpha with Adam (sac.py:193), not the contract's SGD rule: its loss is "
+                              "reached through sac.temperature_loss",
+    "sac.clamp_log_alpha": "log alpha is never clamped in SB3's SAC",
+    **left_out("no CQL or behaviour-cloning term in SB3's SAC", "sac.cql_penalty", "sac.bc_loss"),
+    "sac.ema_update": "no EMA target encoder (the seed's InfoNCE encoder): SB3's target networks use soft_update",
+    "sac.popart_step": "no PopArt reward normaliser in SB3",
+    **left_out("SAC.train() runs on the continuous policy with its own Adam optimisers and replay sampling",
+               "sac.init_target", "sac.update_step"),
+}
 
 
 def make() -> types.SimpleNamespace:
@@ -28,6 +66,8 @@ def make() -> types.SimpleNamespace:
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
     from sb3_contrib.common.maskable.distributions import MaskableCategorical
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.utils import polyak_update
 
     class Spaces(gym.Env):  # MaskablePPO builds its buffer from an env's spaces; nothing is ever stepped
         def __init__(self, n, a):
@@ -70,11 +110,11 @@ def make() -> types.SimpleNamespace:
         model.policy = Policy(actor, critic, optimizer or torch.optim.SGD([torch.zeros(1)]), batch["obs"], hook)
         model.train()
 
-    def train_locals():
-        # private: MaskablePPO.train() publishes no per-minibatch values, so read its locals (sb3's own
-        # numbers) from its frame, which is on the stack whenever it calls our optimizer/logger stand-in
+    def train_locals(code=MaskablePPO.train.__code__):
+        # private: MaskablePPO.train() (and SAC.train()) publish no per-minibatch values, so read its locals (sb3's
+        # own numbers) from its frame, which is on the stack whenever it calls our optimizer/logger stand-in
         f = sys._getframe(1)
-        while f.f_code is not MaskablePPO.train.__code__:
+        while f.f_code is not code:
             f = f.f_back
         return f.f_locals
 
@@ -166,10 +206,46 @@ def make() -> types.SimpleNamespace:
 
     dist_ops = distribution_ops(lambda logits, mask: MaskableCategorical(logits=logits, masks=mask))
 
+    class Box(gym.Env):  # SAC builds its policy and buffer from an env's (continuous) spaces; nothing is stepped
+        observation_space = action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def temperature_loss(log_alpha, entropy, target_entropy):
+        tgt = target_entropy.reshape(-1)
+        if tgt.numel() and not bool((tgt == tgt[0]).all()):
+            raise NotApplicable("SB3's target entropy is one float for every state (sac.py:172-178)")
+        model = SAC("MlpPolicy", Box(), ent_coef="auto", target_entropy=float(tgt[0]) if tgt.numel() else 0.0,
+                    buffer_size=1, learning_starts=0, device="cpu")
+        model.set_logger(types.SimpleNamespace(record=lambda *a, **k: None))  # public setter
+        model.log_ent_coef = log_alpha  # the tensor train() differentiates (sac.py:192, :240)
+        # :231, see the module docstring; in SB3 the log-prob and log_ent_coef share the policy's dtype, never mixed
+        log_prob = -entropy.to(log_alpha.dtype)
+        model.actor.action_log_prob = lambda obs: (torch.zeros(entropy.shape[0], 1), log_prob)
+        got = {}
+
+        def zero_grad():  # the coefficient optimiser's zero_grad (:250): the loss is built, nothing stepped
+            got["loss"] = train_locals(SAC.train.__code__)["ent_coef_loss"]
+            raise Stop
+
+        model.ent_coef_optimizer = types.SimpleNamespace(zero_grad=zero_grad, param_groups=[])  # no lr schedule
+        z = np.zeros((1, 1), np.float32)
+        model.replay_buffer.add(z, z, z, np.zeros(1), np.zeros(1), [{}])  # train() samples one (unused) row
+        try:
+            model.train(gradient_steps=1, batch_size=1)
+        except Stop:
+            pass
+        return got["loss"]
+
+    def soft_update(target, online, *, tau):
+        # common/utils.py polyak_update: target.mul_(1 - tau), then add tau * online in place, under no_grad; what
+        # SAC.train() runs on its critic's parameters (sac.py:294). On a copy: the caller's target is left as given
+        out = target.detach().clone()
+        polyak_update([online.detach()], [out], tau)
+        return out
+
     capabilities = {
         "dtypes": ["float32"],  # rollout buffers are float32 numpy arrays (SB3 buffers.py:391-399)
         # losses: train()'s own tensors; ppo_update's numbers are logged floats; GAE runs in numpy (buffers.py:403)
-        "differentiable": ["ppo.masked_distribution", "ppo.evaluate_actions", "ppo.losses"],
+        "differentiable": ["ppo.masked_distribution", "ppo.evaluate_actions", "ppo.losses", "sac.temperature_loss"],
         "terminated_truncated": False,  # one done flag; truncation is folded into the reward (ppo_mask.py:251)
         "conventions": {
             "mask_fill": "finite",  # -1e8 (distributions.py:59)
@@ -178,9 +254,11 @@ def make() -> types.SimpleNamespace:
             "grad_clip_scope": "global",  # one clip_grad_norm_ over policy.parameters() (ppo_mask.py:407)
             "kl_stop_factor": 1.5,  # approx_kl_div > 1.5 * target_kl (ppo_mask.py:397)
             "neg_inf_logits": "accept",  # torch Categorical semantics: a -inf logit is probability 0
+            "target_entropy": "scalar",  # SAC: one float, -dim(A) or the number given (sac.py:172-178)
         },
     }
     ppo = types.SimpleNamespace(**dist_ops, ppo_update=ppo_update, losses=losses,
                                 normalize_advantages=normalize_advantages, gae=gae)
-    return types.SimpleNamespace(name="sb3-contrib MaskablePPO", version=sb3_contrib.__version__,
-                                 capabilities=capabilities, ppo=ppo)
+    return types.SimpleNamespace(name="sb3-contrib MaskablePPO, SB3 SAC", version=sb3_contrib.__version__,
+                                 capabilities=capabilities, ppo=ppo,
+                                 sac=types.SimpleNamespace(temperature_loss=temperature_loss, soft_update=soft_update))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import types
 
-from conformance_tests.adapters import distribution_ops
+from conformance_tests.adapters import distribution_ops, left_out, seed_only
 from conformance_tests.adapters._tensordict import default_dtype, to_tensordict
 from conformance_tests.errors import NotApplicable
 from conformance_tests.modules import TableModule, TwinTable
@@ -34,6 +34,43 @@ CAPABILITIES = {
     },
 }
 
+# The contract ops of the covered families (sac, ppo, ccapo) this adapter does not provide, and why.
+LEFT_OUT = {
+    **seed_only("sac", "ppo", "ccapo"),
+    **left_out("computed inside DiscreteSACLoss.forward (objectives/sac.py) from its modules, not a function of "
+               "its own: reached through sac.losses, sac.entropy_from_logits and sac.policy_loss_from_logits",
+               "sac.masked_softmax", "sac.entropy", "sac.soft_value", "sac.soft_value_from_logits", "sac.critic_loss",
+               "sac.policy_loss", "sac.critic_loss_total", "sac.policy_loss_total"),
+    **left_out("no Top-p backup: DiscreteSACLoss takes the full expectation over actions",
+               "sac.top_p_select", "sac.top_p_probs", "sac.top_p_soft_value", "sac.policy_loss_top_p"),
+    "sac.target_entropy": "one number given to DiscreteSACLoss (sac.py:1279-1287), not a function of the legal mask",
+    "sac.clamp_log_alpha": "alpha is clamped where it is read (sac.py _alpha; declared alpha_clamp on_read), never "
+                           "log alpha itself",
+    "sac.cql_penalty": "not adapted yet: DiscreteCQLLoss (objectives/cql.py:993) adds its penalty inside its own "
+                       "Q-learning loss, not on given Q-values",
+    "sac.bc_loss": "no behaviour-cloning term in DiscreteSACLoss",
+    **left_out("not adapted yet: SoftUpdate (objectives/utils.py) steps a loss module's target parameters in place, "
+               "not given tensors", "sac.soft_update", "sac.ema_update", "sac.init_target"),
+    "sac.popart_step": "not adapted yet: PopArtValueNorm (modules/value_norm.py:120) normalises value targets, with "
+                       "its own state, not the seed's reward statistics",
+    "sac.update_step": "no SAC update loop: a TorchRL user writes it (loss, optimisers, SoftUpdate)",
+    "ppo.masked_logits": "MaskedCategorical masks inside the distribution (-inf fill, discrete.py:420): reached through "
+                         "masked_distribution",
+    **left_out("computed inside ClipPPOLoss.forward (objectives/ppo.py:1587) from the actor's log-probs: reached "
+               "through ppo.losses (its clip_fraction and kl_approx keys) and ppo.clipped_policy_loss",
+               "ppo.ratio", "ppo.approx_kl", "ppo.k3_kl", "ppo.clip_fraction", "ppo.value_loss", "ppo.total_loss"),
+    "ppo.normalize_advantages": "not adapted yet: ClipPPOLoss(normalize_advantage=True) standardises inside its "
+                                "forward (ppo.py:1065), seen only through a loss value",
+    "ppo.kl_early_stop": "no KL early stop: ClipPPOLoss computes losses, the user's loop decides when to stop",
+    "ppo.scale_reward": "RewardScaling (envs/transforms) is an affine loc/scale without the seed's clip to [-1, 1]",
+    "ppo.clip_grad_norm": "gradient clipping is torch.nn.utils.clip_grad_norm_ in the user's loop, not TorchRL code",
+    **left_out("not adapted yet: MAPPOLoss (objectives/multiagent/mappo.py:83) has no (episode, timestep, agent) "
+               "ordering of its own", "ppo.align_batch", "ppo.check_alignment"),
+    "ppo.ppo_update": "no PPO update loop: a TorchRL user writes it around ClipPPOLoss",
+    "ccapo.policy_loss": "not adapted yet: GRPOLoss (objectives/llm/grpo.py) needs an LLM wrapper as its actor",
+    "ccapo.ccapo_update": "no CCAPO update loop in TorchRL",
+}
+
 
 def make() -> types.SimpleNamespace:
     import tensordict
@@ -43,7 +80,15 @@ def make() -> types.SimpleNamespace:
     from torchrl.modules import MaskedCategorical, ProbabilisticActor
     from torchrl.objectives import ClipPPOLoss, DiscreteSACLoss
     from torchrl.objectives.llm import MCAdvantage
-    from torchrl.objectives.value.functional import generalized_advantage_estimate
+    from torchrl.objectives.value.functional import generalized_advantage_estimate, td0_return_estimate
+
+    class Rows(torch.nn.Module):  # row i of a live tensor for observation i (gradients reach the caller's tensor)
+        def __init__(self, rows):
+            super().__init__()
+            self.rows = rows
+
+        def forward(self, index):
+            return self.rows[index.long()]
 
     def actor(policy):
         return ProbabilisticActor(Module(policy, ["observation"], ["logits"]), distribution_class=MaskedCategorical,
@@ -93,6 +138,28 @@ def make() -> types.SimpleNamespace:
         out = loss(to_tensordict(batch, old_log_prob=loss.tensor_keys.sample_log_prob))
         return {k: out[k] for k in ("loss_objective", "loss_critic", "loss_entropy", "entropy", "clip_fraction",
                                     "kl_approx")}
+
+    def clipped_policy_loss(ratio, advantage, *, clip_eps):
+        # ClipPPOLoss.forward (ppo.py:1587-1640): log_weight = log pi(a) - stored log-prob, clamped to
+        # _clip_bounds = (log1p(-eps), log1p(eps)) (:1557-1565), loss -min(r A, clip(r) A), mean. A float clip_epsilon
+        # is stored unvalidated (:1519-1524, "deliberately not validated"; only a tuple goes through
+        # _validate_clip_epsilon, utils.py:1082). The ratio enters as the actor's log-prob: logits
+        # [log r, log(K - r)] give log pi(0) = log r - log K with gradient 1/r; the stored log-prob is -log K.
+        k = 2.0 * float(ratio.detach().abs().max()) + 1.0 if ratio.numel() else 1.0
+        logits = torch.stack([torch.log(ratio), torch.log(k - ratio)], -1)
+        with default_dtype(ratio.dtype):  # torch.tensor(clip_epsilon): ppo.py:1523
+            loss = ClipPPOLoss(actor(Rows(logits)), None, clip_epsilon=clip_eps, entropy_bonus=False)
+        n = ratio.shape[0] if ratio.dim() else 1
+        batch = {"obs": torch.arange(n), "action": torch.zeros(n, dtype=torch.long),
+                 "mask": torch.ones(n, 2, dtype=torch.bool), "advantage": advantage,
+                 "old_log_prob": torch.full((n,), -math.log(k), dtype=ratio.dtype)}
+        return loss(to_tensordict(batch, old_log_prob=loss.tensor_keys.sample_log_prob))["loss_objective"]
+
+    def td_target(reward, done, next_value, *, gamma):
+        # value/functional.py:418-456 td0_return_estimate, what TD0Estimator (DiscreteSACLoss's default estimator,
+        # sac.py:1161) calls (advantages.py:1300): reward + gamma * (~terminated) * V', no check of gamma
+        with default_dtype(reward.dtype):  # :455 gamma * int tensor: the default dtype
+            return td0_return_estimate(gamma, next_value, reward, done.bool())
 
     def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
         done = done.bool()
@@ -147,8 +214,8 @@ def make() -> types.SimpleNamespace:
 
     sac = types.SimpleNamespace(losses=sac_losses, entropy_from_logits=entropy_from_logits,
                                 policy_loss_from_logits=policy_loss_from_logits, temperature_loss=temperature_loss,
-                                temperature_update=temperature_update)
-    ppo = types.SimpleNamespace(losses=ppo_losses, gae=gae, **dist_ops)
+                                temperature_update=temperature_update, td_target=td_target)
+    ppo = types.SimpleNamespace(losses=ppo_losses, gae=gae, clipped_policy_loss=clipped_policy_loss, **dist_ops)
     ccapo = types.SimpleNamespace(macro_advantage=macro_advantage)
     return types.SimpleNamespace(name="TorchRL", version=torchrl.__version__, capabilities=CAPABILITIES,
                                  sac=sac, ppo=ppo, ccapo=ccapo)

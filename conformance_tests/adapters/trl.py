@@ -10,15 +10,28 @@ the attributes ``GRPOTrainer.__init__`` copies from it at :782-983, an identity 
 ccapo.policy_loss: ``loss_type="grpo"`` (per-sequence token mean, then batch mean, :3153) with ``beta``
 (k3 KL, :3098); isreshape.sapo_weight(_signed): the per-token gradient of ``loss_type="sapo"`` (:3121) in
 log π; isreshape.aggregate_loss: ``bnpo`` (token-mean) and ``grpo`` (seq-mean-token-mean) at ratio 1,
-where the per-token loss is −A. GRPO advantages are left out: TRL computes them inline in
-``_generate_and_score_completions`` (:2761-2803), reachable only with a model generating completions, and
-restating the formula in the adapter would test the adapter.
+where the per-token loss is −A. ccapo.macro_advantage: TRL computes GRPO advantages inline in
+``_generate_and_score_completions`` (:2324, the advantages at :2761-2810), so that method is called unbound on
+a stub whose ``_generate`` returns one-token completions and whose ``_calculate_rewards`` returns the given
+returns; the group statistics, the division and the NaN handling are TRL's lines.
 """
 from __future__ import annotations
 
 import types
 
+from conformance_tests.adapters import left_out, seed_only
 from conformance_tests.errors import NotApplicable
+
+# The contract ops of the covered families (ccapo, isreshape) this adapter does not provide, and why.
+LEFT_OUT = {
+    **seed_only("ccapo", "isreshape"),
+    "ccapo.ccapo_update": "GRPOTrainer.train needs a model, a tokenizer, a dataset and generation: no update of "
+                          "given tensors",
+    "isreshape.importance_ratio": "coef_1 = exp(log_ratio) is computed inline in _compute_loss (:3083-3095): "
+                                  "reached through the losses (declared log_ratio_clamp none)",
+    **left_out("SAPO's gate is inside the sapo loss: its weight is reached through isreshape.sapo_weight(_signed)",
+               "isreshape.sapo_gate"),
+}
 
 
 def make() -> types.SimpleNamespace:
@@ -80,6 +93,35 @@ def make() -> types.SimpleNamespace:
     def sapo_weight(ratio, *, tau=1.0):
         return sapo_weight_signed(ratio, torch.ones_like(ratio), tau_pos=tau, tau_neg=tau)
 
+    def macro_advantage(returns, *, eps=1e-8):  # eps: TRL's own 1e-4 is the declared advantage_std convention
+        # _generate_and_score_completions, multi_objective_aggregation "sum_then_normalize" and scale_rewards
+        # "group" (GRPOConfig defaults): mean and nanstd (Bessel, trainer/utils.py:1021) per group of
+        # num_generations, (r - mean) / (std + 1e-4), NaN -> 0 (:2761-2810). One reward function of weight 1.
+        # The method is private and needs a generating model: it runs on a stub (see the module docstring).
+        if returns.dim() == 0:
+            raise NotApplicable("TRL scores completions in groups: a 0-d return has no group to hand it")
+        flat = returns.flatten(0, -2) if returns.dim() > 1 else returns.unsqueeze(0)
+        out = GRPOTrainer._generate_and_score_completions(scoring_stub(flat), [{"prompt": ""}] * flat.numel())
+        return out["advantages"].reshape(returns.shape)
+
+    def scoring_stub(flat):
+        ident, ids = (lambda x, **_: x), [[0]] * flat.numel()  # noqa: E731  one process, one-token completions
+        return types.SimpleNamespace(
+            args=args, accelerator=types.SimpleNamespace(device=flat.device, gather=ident, process_index=0,
+                                                         num_processes=1),
+            model=types.SimpleNamespace(training=True, is_gradient_checkpointing=False),
+            environment_factories=None, tools=None, environments=None, use_vllm=False, beta=0.0,
+            num_iterations=args.num_iterations, num_generations=flat.shape[-1], num_generations_eval=flat.shape[-1],
+            _generate=lambda prompts: (ids, ids, None, [""] * len(prompts), None, {}, None, None),
+            _tokenizer=types.SimpleNamespace(pad_token_id=0), pad_to_multiple_of=None, mask_truncated_completions=False,
+            # _calculate_rewards (:1579) fills a float32 [N, n_funcs] table; here the caller's returns in their dtype
+            _calculate_rewards=lambda *a: flat.reshape(-1, 1).detach(),
+            multi_objective_aggregation=args.multi_objective_aggregation, scale_rewards=args.scale_rewards,
+            reward_weights=torch.ones(1, dtype=torch.float32, device=flat.device), reward_func_names=["reward"],
+            _metrics={"train": collections.defaultdict(list)}, _pending_extra_logs={}, _pending_metrics={},
+            _logs={"prompt": [], "completion": [], "advantages": [], "rewards": collections.defaultdict(list),
+                   "extra": collections.defaultdict(list)}, log_multimodal=False)
+
     def aggregate_loss(loss_mat, mask, *, mode="token-mean"):
         loss_type = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo"}.get(mode)
         if loss_type is None:  # luspo sums per sequence but counts empty rows; no token-sum type
@@ -94,11 +136,12 @@ def make() -> types.SimpleNamespace:
         "conventions": {
             "clip_fraction": "active_clips",  # clip_ratio/region_mean: r<1-ε with A<0 or r>1+ε with A>0 (:3274-3276)
             "log_ratio_clamp": "none",  # coef_1 = exp(log_ratio), no clamp (:3083-3095)
+            "advantage_std": {"ddof": 1, "eps": 1e-4, "eps_mode": "add"},  # nanstd (Bessel) + 1e-4, :2771, :2787
         },
     }
     return types.SimpleNamespace(name="TRL GRPOTrainer._compute_loss", version=trl.__version__,
                                  capabilities=capabilities,
-                                 ccapo=types.SimpleNamespace(policy_loss=policy_loss),
+                                 ccapo=types.SimpleNamespace(policy_loss=policy_loss, macro_advantage=macro_advantage),
                                  isreshape=types.SimpleNamespace(sapo_weight=sapo_weight,
                                                                  sapo_weight_signed=sapo_weight_signed,
                                                                  aggregate_loss=aggregate_loss))

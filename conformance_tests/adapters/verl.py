@@ -12,7 +12,33 @@ from __future__ import annotations
 
 import types
 
+from conformance_tests.adapters import left_out, seed_only
 from conformance_tests.errors import NotApplicable
+
+# The contract ops of the covered families (ccapo, isreshape, ppo) this adapter does not provide, and why.
+LEFT_OUT = {
+    **seed_only("ccapo", "isreshape", "ppo"),
+    "ccapo.ccapo_update": "verl's update runs in its FSDP/Megatron actor workers on a model: no update of given "
+                          "tensors",
+    "isreshape.importance_ratio": "computed inline in each policy loss (core_algos.py:1286): reached through "
+                                  "ccapo.policy_loss",
+    **left_out("SAPO's gate is inside the sapo loss: its weight is reached through isreshape.sapo_weight(_signed)",
+               "isreshape.sapo_gate"),
+    **left_out("verl's policies are language models over a vocabulary: no action masks and no masked distribution",
+               "ppo.masked_logits", "ppo.masked_distribution", "ppo.sample_actions", "ppo.evaluate_actions"),
+    **left_out("computed inside compute_policy_loss_vanilla (core_algos.py:1286) on token log-probs: reached "
+               "through ccapo.policy_loss", "ppo.ratio", "ppo.approx_kl", "ppo.k3_kl", "ppo.clip_fraction",
+               "ppo.clipped_policy_loss"),
+    "ppo.total_loss": "the actor and the critic are separate workers with separate losses (no combined total)",
+    "ppo.normalize_advantages": "not adapted yet: masked_whiten (utils/torch_functional.py:329) whitens GAE "
+                                "advantages over a response mask; reached inside ppo.gae",
+    "ppo.kl_early_stop": "no KL early stop in verl's actor",
+    "ppo.scale_reward": "rewards come from reward functions or models, with no scale-and-clip op",
+    "ppo.clip_grad_norm": "torch's clip_grad_norm_ inside the FSDP actor, not a function of verl's core algorithms",
+    **left_out("no MAPPO (episode, timestep, agent) batches in verl", "ppo.align_batch", "ppo.check_alignment"),
+    **left_out("verl's PPO update and its losses run in actor/critic workers on models, not on given modules",
+               "ppo.ppo_update", "ppo.losses"),
+}
 
 
 def make() -> types.SimpleNamespace:

@@ -21,6 +21,7 @@ import torch
 
 from conformance_tests import contract, simdevice
 from conformance_tests.errors import NotApplicable
+from conformance_tests.options import KILLED_OPS_VAR
 from conformance_tests.harness import state
 from conformance_tests.harness.capabilities import capability, masks_supported
 from conformance_tests.harness.device import _to_device, _to_numpy, host, map_leaves, named_leaves
@@ -72,6 +73,10 @@ def _run_within_deadline(fn: Callable, name: str, args: tuple, kwargs: dict) -> 
     if (hung := state._HUNG.get(_op_key(fn))) is not None:
         state._STATE["timed_out"] = (f"{name} is not called again: it did not return within an earlier test's time "
                                      f"budget ({hung[1]}) [{_clause_tag()}: {name}]")
+        raise OpTimeout(state._STATE["timed_out"])
+    if name in os.environ.get(KILLED_OPS_VAR, "").split(","):
+        state._STATE["timed_out"] = (f"{name} is not called again: it hung an earlier test where no signal reached it, "
+                                     f"and the audit had to kill that test's process [{_clause_tag()}: {name}]")
         raise OpTimeout(state._STATE["timed_out"])
     deadline = state._STATE["deadline"]
     if deadline is None or threading.current_thread() is not threading.main_thread():

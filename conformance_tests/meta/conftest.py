@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from rlconform import launch
+
+from conformance_tests.meta.run_once import once_per_run
+from reference_impl.ccapo.textworld.games import GameSpec, generate
 
 DOCS_MODULES = ("mkdocs", "material", "pymdownx", "mathjax")
 # The audited libraries, imported once by the forkserver for the finding pages' repros.
@@ -49,8 +51,6 @@ def _warm_children():
 def tiny_game(tmp_path_factory):
     """One tiny tw-cooking game (recipe 1, take 1, one room), generated once per run (tw-make takes seconds)."""
     pytest.importorskip("textworld")
-    from conformance_tests.meta.run_once import once_per_run
-    from reference_impl.ccapo.textworld.games import GameSpec, generate
 
     return once_per_run(tmp_path_factory, "tw-game", lambda d: generate(GameSpec(seed=0), d / "games"))
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-
 def run_dir(tmp_path_factory) -> Path:
     """A directory of this test run that every xdist worker of it shares (the run's own one without xdist)."""
     base = tmp_path_factory.getbasetemp()

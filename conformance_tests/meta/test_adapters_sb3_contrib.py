@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
+from rlconform.spec import default_spec
 
 from conformance_tests.preflight import run as preflight
-from rlconform.spec import default_spec
 
 pytestmark = pytest.mark.meta
 FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "audits" / "findings"
@@ -35,7 +35,7 @@ def test_sb3_contrib_adapter_preflight():
     pytest.importorskip("sb3_contrib")
     check_declarations("conformance_tests.adapters.sb3_contrib:make", {"ppo": [
         "masked_distribution", "sample_actions", "evaluate_actions", "normalize_advantages", "ppo_update", "gae",
-        "losses"]})
+        "losses"], "sac": ["temperature_loss", "soft_update"]})
 
 
 # Each finding page's repro, and what its output must show while the defect is there.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance_tests.preflight import build
 from conformance_tests.meta.test_adapters_sb3_contrib import check_declarations
+from conformance_tests.preflight import build
 
 pytestmark = pytest.mark.meta
 IMPL = "conformance_tests.adapters.tianshou:make"

@@ -6,7 +6,10 @@ import re
 
 import pytest
 
-from conformance_tests.meta.test_adapters_sb3_contrib import check_declarations, repro_output
+from conformance_tests.meta.test_adapters_sb3_contrib import (
+    check_declarations,
+    repro_output,
+)
 
 pytestmark = pytest.mark.meta
 
@@ -18,8 +21,9 @@ def _torchrl():
 
 def test_torchrl_adapter_preflight():
     check_declarations("conformance_tests.adapters.torchrl:make", {
-        "sac": ["entropy_from_logits", "policy_loss_from_logits", "losses", "temperature_loss", "temperature_update"],
-        "ppo": ["masked_distribution", "sample_actions", "evaluate_actions", "gae", "losses"],
+        "sac": ["entropy_from_logits", "policy_loss_from_logits", "losses", "temperature_loss", "temperature_update",
+                "td_target"],
+        "ppo": ["masked_distribution", "sample_actions", "evaluate_actions", "gae", "losses", "clipped_policy_loss"],
         "ccapo": ["macro_advantage"]})
 
 
@@ -43,3 +47,15 @@ def test_torchrl_masked_categorical_repro_prints_silent_scores(run_python):
     out = repro_output("torchrl-masked-categorical-unchecked-inputs.md", run_python)
     assert "illegal replayed action 1, log_prob: [-inf]" in out, out  # scored instead of raising
     assert "NaN logit, log_prob(0): [-inf]" in out and "probs: [[nan, nan, nan]]" in out, out
+
+
+def test_torchrl_td0_accepts_any_gamma_repro_prints_the_targets(run_python):
+    out = repro_output("torchrl-td0-accepts-any-gamma.md", run_python)
+    assert "gamma=-0.5: target [-1.5, 1.0]" in out and "gamma=1.5: target [8.5, 1.0]" in out, out
+    assert "TD0Estimator(gamma=-0.5) accepted" in out, out
+
+
+def test_torchrl_clipppoloss_clip_epsilon_repro_prints_nan(run_python):
+    out = repro_output("torchrl-clipppoloss-unvalidated-clip-epsilon.md", run_python)
+    assert "clip_epsilon=1.5: log-ratio clip bounds [nan, 0.916], loss_objective nan" in out, out
+    assert "NaN advantage: loss_objective nan" in out, out

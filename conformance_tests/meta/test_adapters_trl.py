@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conformance_tests.meta.test_adapters_sb3_contrib import check_declarations, repro_output
+from conformance_tests.meta.test_adapters_sb3_contrib import (
+    check_declarations,
+    repro_output,
+)
 
 pytestmark = pytest.mark.meta
 
@@ -12,7 +15,7 @@ pytestmark = pytest.mark.meta
 def test_trl_adapter_preflight():
     pytest.importorskip("trl")
     check_declarations("conformance_tests.adapters.trl:make", {
-        "ccapo": ["policy_loss"], "isreshape": ["aggregate_loss", "sapo_weight", "sapo_weight_signed"]})
+        "ccapo": ["policy_loss", "macro_advantage"], "isreshape": ["aggregate_loss", "sapo_weight", "sapo_weight_signed"]})
 
 
 # Each finding page's repro, and what its output must show while the defect is there.
@@ -22,6 +25,7 @@ REPROS = {
     "trl-grpo-loss-counts-masked-completions.md": [
         "1 completion(s), 2 unmasked tokens: loss -1.0", "2 completion(s), 2 unmasked tokens: loss -0.5"],
     "trl-grpo-loss-no-input-checks.md": ["clip range (-0.5, 2.5)", "loss with a NaN log-prob: nan"],
+    "trl-grpo-advantages-degenerate-group.md": ["advantages: [-0.002377975033596158, -0.002377975033596158"],
 }
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conformance_tests.meta.test_adapters_sb3_contrib import check_declarations, repro_output
+from conformance_tests.meta.test_adapters_sb3_contrib import (
+    check_declarations,
+    repro_output,
+)
 
 pytestmark = pytest.mark.meta
 

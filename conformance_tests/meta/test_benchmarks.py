@@ -23,7 +23,9 @@ def _suite(walls: list[float], failed: int = 0) -> dict:
     ([90.0, 95.0, 99.0], 1, "95 s wall, median of 3 runs (90-99 s), 1500 tests, 1 failed", "**missed**"),
 ])
 def test_the_suite_row_shows_the_median_its_spread_and_the_verdict(walls, failed, shown, verdict):
-    from tools.benchmarks.report import suite_rows  # a checkout's tools/, not part of the installed package
+    from tools.benchmarks.report import (
+        suite_rows,  # a checkout's tools/, not part of the installed package
+    )
 
     (row,) = suite_rows(_suite(walls, failed))
     assert shown in row[1]

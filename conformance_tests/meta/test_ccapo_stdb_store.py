@@ -20,9 +20,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_rejects, assert_that
-from conformance_tests.stdb_backends import shared_backend, store_backend  # noqa: F401 (fixtures)
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    assert_rejects,
+    assert_that,
+)
+from conformance_tests.stdb_backends import (  # noqa: F401 (fixtures)
+    V1_SQLITE_SCHEMA,
+    shared_backend,
+    store_backend,
+)
 from conformance_tests.test_ccapo_stdb import replay
+from reference_impl.ccapo.stdb import (
+    POSTGRES,
+    SCHEMA_SQL,
+    MemorySTDB,
+    empty_stats,
+    sqlite_store,
+    stdb_fold,
+    stdb_update,
+)
 
 
 def _edges(tr):
@@ -75,7 +93,6 @@ def _assert_matches_replay(snap, trajs, what=""):
 
 def _fold_oracle(trajs, **params):
     """The pure rule folded one trajectory at a time: the oracle for every batched path."""
-    from reference_impl.ccapo.stdb import empty_stats, stdb_update
 
     stats = empty_stats()
     for tr in trajs:
@@ -150,7 +167,6 @@ def test_store_follows_the_rules(store_backend, stream, sizes):  # noqa: F811 (t
 def test_batched_fold_equals_stdb_update(stream, sizes, v_rate, alpha_smooth, distance_exponent, lam):
     """Differential: the stores' fast batched fold (and its path for any other rule) against
     ``stdb_update`` folded one trajectory at a time: counts exact, V-bar within tolerance."""
-    from reference_impl.ccapo.stdb import MemorySTDB, empty_stats, stdb_fold, stdb_update
 
     params = {"v_rate": v_rate, "alpha_smooth": alpha_smooth, "distance_exponent": distance_exponent, "lam": lam}
     want = _fold_oracle(stream, **params)
@@ -245,8 +261,6 @@ def test_restore_round_trip(store_backend):  # noqa: F811 (the imported fixture)
 @pytest.mark.clause("CCAPO-STDB-6")
 def test_schema_is_portable_and_sqlite_uses_wal(tmp_path):
     import re
-
-    from reference_impl.ccapo.stdb import POSTGRES, SCHEMA_SQL, sqlite_store
 
     sqlite_only = r"AUTOINCREMENT|INSERT OR|PRAGMA|WITHOUT ROWID|\bBLOB\b|\bREAL\b|STRICT|\?"
     assert_that(not re.search(sqlite_only, SCHEMA_SQL, re.I), "CCAPO-STDB-6", SCHEMA_SQL, "no SQLite-only syntax")
@@ -351,9 +365,6 @@ def test_text_keyed_store_file_is_migrated_on_open(tmp_path):
     """A store file written before symbol interning (text key columns) opens with the same statistics
     and keeps folding: a trainer resuming an old run continues where it stopped."""
     import sqlite3
-
-    from conformance_tests.stdb_backends import V1_SQLITE_SCHEMA
-    from reference_impl.ccapo.stdb import sqlite_store
 
     before = [_traj(i) for i in range(9)] + [{"anchors": [(k, k)], "fingerprints": [k], "success": True}
                                                for k in _NASTY[:5]]

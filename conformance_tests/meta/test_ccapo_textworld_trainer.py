@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from conformance_tests.harness import assert_equal, assert_that
-
+from reference_impl.ccapo.stdb import sqlite_store
+from reference_impl.ccapo.textworld.env import TextWorldEnv
+from reference_impl.ccapo.textworld.gigpo import (
+    anchor_group_advantage,
+    discounted_returns,
+    step_rewards,
+)
+from reference_impl.ccapo.textworld.policy import TextPolicy, Tokenizer
+from reference_impl.ccapo.textworld.trainer import Config, cli, evaluate
 
 # ----------------------------------------------------------------------------- the trainer
 # tiny_game: meta/conftest.py
@@ -26,8 +34,6 @@ def _records(path):
 @pytest.mark.clause("CCAPO-PPO-1", "CCAPO-STDB-6")
 @pytest.mark.parametrize("arm", ["ccapo", "grpo", "gigpo"])
 def test_trainer_two_updates_then_resume(tiny_game, tmp_path, arm):
-    from reference_impl.ccapo.stdb import sqlite_store
-    from reference_impl.ccapo.textworld.trainer import cli
 
     args = TINY + ["--out", str(tmp_path), "--arms", arm, "--games-dir", str(tiny_game.parent)]
     assert cli(args + ["--updates", "2"]) == 0
@@ -48,7 +54,6 @@ def test_trainer_two_updates_then_resume(tiny_game, tmp_path, arm):
 @pytest.mark.clause("CCAPO-PPO-1")
 def test_checkpoint_is_device_free(tiny_game, tmp_path):
     # everything in the checkpoint is a CPU tensor or plain data, so a GPU run's checkpoint loads anywhere
-    from reference_impl.ccapo.textworld.trainer import cli
 
     assert cli(TINY + ["--out", str(tmp_path), "--arms", "ccapo", "--games-dir", str(tiny_game.parent),
                        "--updates", "1"]) == 0
@@ -72,10 +77,6 @@ def test_checkpoint_is_device_free(tiny_game, tmp_path):
 @pytest.mark.meta
 @pytest.mark.clause("CCAPO-STDB-5")
 def test_heldout_evaluation_only_reads_the_stdb(tiny_game, tmp_path):
-    from reference_impl.ccapo.stdb import sqlite_store
-    from reference_impl.ccapo.textworld.env import TextWorldEnv
-    from reference_impl.ccapo.textworld.policy import TextPolicy, Tokenizer
-    from reference_impl.ccapo.textworld.trainer import Config, evaluate
 
     cfg = Config(max_steps=4, eval_episodes=2)
     store = sqlite_store(tmp_path / "stdb.sqlite")
@@ -91,7 +92,6 @@ def test_heldout_evaluation_only_reads_the_stdb(tiny_game, tmp_path):
 # ----------------------------------------------------------------------------- the GiGPO arm's pieces
 @pytest.mark.meta
 def test_gigpo_step_rewards_sum_to_r_tau():
-    from reference_impl.ccapo.textworld.gigpo import step_rewards
 
     success, steps = torch.tensor([True, False, True]), torch.tensor([3, 5, 1])
     r = step_rewards(success, steps, 6, r_terminal=10.0, r_penalty=-0.1)
@@ -103,7 +103,6 @@ def test_gigpo_step_rewards_sum_to_r_tau():
 
 @pytest.mark.meta
 def test_gigpo_anchor_groups_match_a_loop():
-    from reference_impl.ccapo.textworld.gigpo import anchor_group_advantage, discounted_returns
 
     g = discounted_returns(torch.tensor([[1.0, 0.0, 2.0]]), gamma=0.5)
     assert_that(torch.allclose(g, torch.tensor([[1.5, 1.0, 2.0]])), "GiGPO", g, "[[1.5, 1, 2]] by hand")

@@ -6,13 +6,13 @@ import json
 import pytest
 
 from conformance_tests.harness import assert_that
+from reference_impl.ccapo.stdb import sqlite_store
+from reference_impl.ccapo.trainer import cli
 
 
 @pytest.mark.meta
 @pytest.mark.clause("CCAPO-PPO-1", "CCAPO-STDB-6")
 def test_trainer_runs_and_resumes(tmp_path):
-    from reference_impl.ccapo.stdb import sqlite_store
-    from reference_impl.ccapo.trainer import cli
 
     out = tmp_path / "run"
     args = ["--out", str(out), "--prompts", "2", "--group-size", "4", "--checkpoint-every", "1"]

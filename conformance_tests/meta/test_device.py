@@ -15,11 +15,19 @@ import types
 import numpy as np
 import pytest
 import torch
+from rlconform import cli
+from rlconform.audit import clause_report, run_suite
 
 import reference_impl
 from conformance_tests import contract, harness, simdevice
-from conformance_tests.harness import assert_close, assert_equal, generator, host, named_leaves, on_device
-from rlconform.audit import clause_report, run_suite
+from conformance_tests.harness import (
+    assert_close,
+    assert_equal,
+    generator,
+    host,
+    named_leaves,
+    on_device,
+)
 
 pytestmark = pytest.mark.meta
 F64 = torch.float64
@@ -214,8 +222,6 @@ def test_gpu_only_code_refuses_the_host():
 def test_a_device_that_is_not_there_exits_3_before_any_test(tmp_path, device, message):
     import contextlib
     import io
-
-    from rlconform import cli
 
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the case is a machine without it")

@@ -7,10 +7,10 @@ several runs, the pooled figure passes only when every run passes.
 from __future__ import annotations
 
 import pytest
+from rlconform.spec import gates
 
 from conformance_tests.harness import assert_that
 from conformance_tests.test_defaults import _SPEC
-from rlconform.spec import gates
 
 _GATES = [c for c in _SPEC.clauses.values() if c.kind == "gate"]
 

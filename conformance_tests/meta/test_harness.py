@@ -2,19 +2,26 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import io
 import json
+import math
 import os
 
 import numpy as np
 import pytest
 import torch
+from rlconform import audit, cli, launch
+from rlconform.audit import clause_report, render_checklist, run_suite
+from rlconform.coverage import collect_tests
+from rlconform.spec import default_spec
 
 import reference_impl
+from conformance_tests.harness import _REPRO_HELPERS, _literal
 from conformance_tests.impl import ImplSpecError, load_impl, override, without
-from rlconform import cli
-from rlconform.audit import clause_report, render_checklist, run_suite
+from conformance_tests.layout import clause_test_files
+from conformance_tests.meta.run_once import once_per_run
+from conformance_tests.modules import TableModule
+from conformance_tests.runtime import _profiles
 
 pytestmark = pytest.mark.meta
 SAC_TOPP = ["SAC-TOPP-1", "SAC-TOPP-3", "SAC-V-1"]
@@ -147,8 +154,6 @@ def test_the_clauses_outside_audits_are_exactly_those_no_clause_test_checks():
     """``audited: false`` in the spec is what the audit leaves out of its verdict: it must name every clause
     that only meta-tests check (else an audit reports it untested) and no clause a clause test checks (else
     an audit silently drops a verdict)."""
-    from rlconform.coverage import collect_tests
-    from rlconform.spec import default_spec
 
     marks, code, output, _ = collect_tests()
     assert code == 0, output[-3000:]
@@ -159,7 +164,6 @@ def test_the_clauses_outside_audits_are_exactly_those_no_clause_test_checks():
 
 
 def test_a_family_runs_its_own_test_files_and_the_shared_ones():
-    from conformance_tests.layout import clause_test_files
 
     ppo = [f.name for f in clause_test_files(["ppo"])]
     assert ppo and all(n.startswith("test_ppo_") or not n.startswith(("test_sac_", "test_isreshape_", "test_ccapo_"))
@@ -172,7 +176,6 @@ def test_a_family_runs_its_own_test_files_and_the_shared_ones():
 
 
 def test_a_run_once_value_is_built_once_and_a_failed_build_is_not_kept(tmp_path_factory):
-    from conformance_tests.meta.run_once import once_per_run
 
     calls = []
 
@@ -234,8 +237,6 @@ def test_only_the_release_profile_explains_a_failure():
     process): release is then still random and explains, not a copy of ci."""
     from hypothesis import Phase, settings
 
-    from conformance_tests.runtime import _profiles
-
     previous = settings._current_profile
     settings.load_profile("rlconform-ci")
     try:
@@ -264,9 +265,6 @@ def test_a_warm_audit_child_imports_next_to_nothing_the_server_did_not_preload(f
     stdlib modules, and hardly anything else: a test module that starts importing a new heavy package
     (scipy.optimize was one: 260 modules, 0.16 s per child) belongs in the server's list."""
     import sys
-
-    from conformance_tests.layout import clause_test_files
-    from rlconform import audit, launch
 
     (tmp_path / "pytest.ini").write_text(audit._INI, encoding="utf-8")
     (tmp_path / "skip.txt").write_text("", encoding="utf-8")
@@ -308,8 +306,6 @@ def test_the_repro_of_an_operation_on_networks_runs():
 
 
 def test_repro_literals_rebuild_their_values():
-    from conformance_tests.harness import _REPRO_HELPERS, _literal
-    from conformance_tests.modules import TableModule
 
     ns = {"torch": torch, "np": np}
     for helper in _REPRO_HELPERS.values():

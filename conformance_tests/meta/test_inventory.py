@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from rlconform.inventory import check_inventory, load_inventory
 from rlconform.spec import FAMILIES, default_spec
 from rlconform.traceability import gate_producers, traceability_page

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from conformance_tests.harness import assert_that
+from reference_impl.isreshape.trainer import cli
 
 METRICS = ("gamma_mean", "gamma_std", "weight_mean", "weight_max", "sapo_weight_mean", "ratio_mean",
            "abs_adv_mean", "kl", "mean_reward", "loss")
@@ -21,7 +22,6 @@ def _records(path):
 @pytest.mark.meta
 @pytest.mark.clause("ISR-LOSS-2", "ISR-METRIC-1", "ISR-METRIC-2", "ISR-METRIC-3")
 def test_trainer_three_updates_then_resume(tmp_path):
-    from reference_impl.isreshape.trainer import cli
 
     out = tmp_path / "run"
     assert cli(["--out", str(out), "--updates", "3", *SMALL]) == 0

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from rlconform import launch
 
 pytestmark = pytest.mark.meta

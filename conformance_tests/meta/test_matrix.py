@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from rlconform import cli, matrix
 from rlconform.spec import default_spec
+
+from conformance_tests.meta.test_harness import _run_repro
 
 pytestmark = pytest.mark.meta
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,7 +156,6 @@ def test_progress_counts_each_library_run_on_its_own(capsys):
 def test_every_repro_in_the_published_matrix_runs():
     """The published libraries' reports carry repros a maintainer can paste: each compiles and runs
     against the installed library (the library raising can be the finding; a broken snippet cannot)."""
-    from conformance_tests.meta.test_harness import _run_repro
 
     reports = sorted((matrix.FINDINGS.parent).glob("*/report.json"))
     ran = 0
@@ -168,3 +168,44 @@ def test_every_repro_in_the_published_matrix_runs():
                         _run_repro(t["repro"], f"{lib} {c['id']} {t['test']}")
                         ran += 1
     assert ran > 0 or not any(matrix.adapter(r.parent.name).installed() for r in reports)
+
+
+@pytest.mark.parametrize("adapter", matrix.ADAPTERS, ids=lambda a: a.library)
+def test_every_contract_op_of_a_covered_family_is_provided_or_left_out_with_a_reason(adapter):
+    """An adapter provides an op of each family it covers or names it in ``LEFT_OUT`` with a reason: a new
+    contract op cannot go missing from an adapter without someone saying why."""
+    if not adapter.installed():
+        pytest.skip(f"{adapter.library} is not installed")
+    from conformance_tests import contract
+    from conformance_tests.preflight import run as preflight
+
+    provided = {f: set(ops) for f, ops in preflight(adapter.impl).ops.items() if ops}
+    declared = adapter.left_out(contract.FAMILIES)
+    assert {op.split(".")[0] for op in declared} <= set(provided), "LEFT_OUT names a family the adapter does not cover"
+    for family, ops in provided.items():
+        for op in contract.op_names(family):
+            name = f"{family}.{op}"
+            assert (op in ops) != (name in declared), f"{adapter.library}: {name} is " + (
+                "both provided and left out" if op in ops else "neither provided nor in LEFT_OUT")
+            assert op in ops or len(declared[name].strip()) > 20, f"{adapter.library}: {name} has no real reason"
+    assert adapter.left_out(["sac"]) == {k: v for k, v in declared.items() if k.startswith("sac.")}
+
+
+def test_the_matrix_lists_each_librarys_left_out_ops_with_their_reason(tmp_path):
+    m = _matrix(tmp_path, {"SAC-POL-1": "fail"}, page="SAC-POL-1")
+    m["libraries"]["torchrl"]["left_out"] = {"sac.bc_loss": "no behaviour-cloning term",
+                                             "sac.popart_step": "no PopArt", "sac.cql_penalty": "no behaviour-cloning term"}
+    md = matrix.render_markdown(m)
+    section = md.split("## Left out by the adapters")[1]
+    assert "### torchrl" in section and "- `sac.bc_loss`, `sac.cql_penalty`: no behaviour-cloning term" in section
+    assert "- `sac.popart_step`: no PopArt" in section
+    m["libraries"]["torchrl"]["left_out"] = {}
+    assert "## Left out by the adapters" not in matrix.render_markdown(m)
+
+
+def test_the_published_matrix_carries_what_each_audited_adapter_leaves_out():
+    m = json.loads(PUBLISHED.read_text(encoding="utf-8"))
+    for lib, info in m["libraries"].items():
+        if info.get("families"):
+            assert info.get("left_out"), f"{lib}: matrix.json has no left_out (regenerate the matrix)"
+            assert {op.split(".")[0] for op in info["left_out"]} <= set(info["families"]), lib

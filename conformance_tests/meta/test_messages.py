@@ -7,10 +7,11 @@ import re
 
 import numpy as np
 import pytest
+from rlconform import cli
+from rlconform.audit import clause_report, run_suite
 
 import reference_impl
 from conformance_tests.impl import override
-from rlconform.audit import clause_report, run_suite
 
 pytestmark = pytest.mark.meta
 CLAUSES = ["CCAPO-C-1", "CCAPO-MACRO-1", "ISR-GAMMA-2"]
@@ -52,7 +53,6 @@ def test_messages_are_the_failures_and_do_not_depend_on_xdist():
 
 
 def test_train_help_lists_the_trainers_and_exits_0(capsys):
-    from rlconform import cli
 
     assert cli.main(["train", "--help"]) == 0
     out = capsys.readouterr().out
@@ -61,8 +61,6 @@ def test_train_help_lists_the_trainers_and_exits_0(capsys):
 
 def test_gate_takes_a_run_directory(tmp_path, capsys):
     from pathlib import Path
-
-    from rlconform import cli
 
     assert cli.main(["gate", str(tmp_path)]) == 2
     assert "without metrics.jsonl" in capsys.readouterr().err
@@ -77,7 +75,6 @@ def test_gate_takes_a_run_directory(tmp_path, capsys):
 
 
 def test_spec_show_names_the_document_not_its_archive_file(capsys):
-    from rlconform import cli
 
     assert cli.main(["spec", "show", "SAC-TD-1"]) == 0
     source = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("source")][0]

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from rlconform.mutants import run_mutant
 
 from conformance_tests.mutants import discover
-from rlconform.mutants import run_mutant
 
 _MUTANTS = sorted(discover().values(), key=lambda m: (m.family, m.name))
 

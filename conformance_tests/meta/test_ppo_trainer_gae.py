@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conformance_tests.harness import assert_close
+from reference_impl.ppo.gae import gae
 
 F64 = torch.float64
 
@@ -33,7 +34,6 @@ def np_gae(r, v, d, last, gamma, lam):
 @pytest.mark.clause("PPO-GAE-1")
 @pytest.mark.parametrize("gamma, lam", [(0.0, 0.5), (1.0, 0.5), (0.5, 0.0), (0.5, 1.0), (1.0, 1.0)])
 def test_trainer_gae_accepts_both_ends_of_gamma_and_lambda(gamma, lam):
-    from reference_impl.ppo.gae import gae
 
     r = np.array([[1.0, -2.0], [0.5, 3.0], [-1.0, 0.25]])
     v = np.array([[0.5, 0.5], [-1.0, 2.0], [0.75, -0.5]])
@@ -49,7 +49,6 @@ def test_trainer_gae_accepts_both_ends_of_gamma_and_lambda(gamma, lam):
 @pytest.mark.clause("PPO-GAE-1")
 @pytest.mark.parametrize("gamma, lam", [(1.5, 0.5), (0.5, 1.5)])
 def test_trainer_gae_rejects_gamma_or_lambda_above_one(gamma, lam):
-    from reference_impl.ppo.gae import gae
 
     z = torch.zeros(3, 2, dtype=F64)
     with pytest.raises(ValueError):
@@ -61,7 +60,6 @@ def test_trainer_gae_rejects_gamma_or_lambda_above_one(gamma, lam):
 @pytest.mark.meta
 @pytest.mark.clause("PPO-GAE-1")
 def test_trainer_gae_rejects_dones_that_only_broadcast():
-    from reference_impl.ppo.gae import gae
 
     z, last = torch.zeros(3, 2, dtype=F64), torch.zeros(2, dtype=F64)
     with pytest.raises(ValueError):

@@ -15,9 +15,11 @@ from unittest import mock
 import pytest
 import torch
 
+from conformance_tests import simdevice
 from conformance_tests.harness import assert_close, assert_equal
 from reference_impl import _checks
-from reference_impl.sac import backup, fast, masking
+from reference_impl.sac import backup, fast, masking, reward
+from reference_impl.sac.nets import TwinMLP
 from reference_impl.sac.step import init_target, update_step
 
 pytestmark = pytest.mark.meta
@@ -172,7 +174,6 @@ def test_fast_update_step_follows_the_plain_one(blocks, seed, guards):
 
 def test_each_device_takes_its_plan():
     """The CPU works in cache-sized row blocks; a GPU (here the simulated one) in one pass over the batch."""
-    from conformance_tests import simdevice
 
     x = torch.zeros(4000, 600)
     assert backup.blocked(x) and len(fast.row_blocks(x)) > 1
@@ -186,7 +187,6 @@ def test_each_device_takes_its_plan():
 def test_batched_text_rewards_equal_the_string_forms(seed):
     """The environment's batched reward terms on ids against the string forms (the formulas' oracles):
     texts shorter than the window, repeats and a small alphabet (many shared n-grams)."""
-    from reference_impl.sac import reward
 
     g = torch.Generator().manual_seed(seed)
     alphabet, W, n = "abcde", 12, 3
@@ -215,7 +215,6 @@ def test_batched_text_rewards_equal_the_string_forms(seed):
 def test_the_stacked_twin_mlp_is_two_independent_mlps():
     """reference_impl.sac.nets.TwinMLP: each copy computes its own MLP (values and gradients), and the two
     copies start from independent initialisations (twin critics that start equal are one critic)."""
-    from reference_impl.sac.nets import TwinMLP
 
     torch.manual_seed(0)
     twin = TwinMLP(5, 7, 3).double()

@@ -21,7 +21,13 @@ from conformance_tests.meta.test_sac_fastpaths import _case, _nets
 from reference_impl import _checks
 from reference_impl.sac import backup
 from reference_impl.sac.graphed import CapturedUpdate
-from reference_impl.sac.step import critic_objective, policy_objective, step_hp, temperature_objective, update_step
+from reference_impl.sac.step import (
+    critic_objective,
+    policy_objective,
+    step_hp,
+    temperature_objective,
+    update_step,
+)
 
 pytestmark = pytest.mark.meta
 D, A, N = 5, 23, 16

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from conformance_tests import strategies as st_
 from conformance_tests.harness import assert_close, assert_equal
 from conformance_tests.test_sac_backup import _value_scale
+from reference_impl.sac import backup
 
 
 def _differential_rows():
@@ -28,7 +29,6 @@ def _differential_rows():
 def test_reference_threshold_path_equals_the_sorted_formula(case):
     """Differential: the radix-threshold path selects exactly the set of the plain sort + cumsum
     formula (kept in the module as its oracle), and the expanded value matches the plain one."""
-    from reference_impl.sac import backup
 
     probs, q1, q2, mask, alpha, p = case
     sorted_sel = backup.top_p_select(probs, mask, p=p, method="sorted")

@@ -11,9 +11,20 @@ import json
 
 import pytest
 import torch
+from rlconform.golive import summarise
+from rlconform.spec import default_spec
+from rlconform.spec.gates import evaluate
 
 from reference_impl.sac.corpus import EOS, PAD, UNK, load_corpus
 from reference_impl.sac.env import CharEnv, EnvConfig
+from reference_impl.sac.quality import paragraph_consistency
+from reference_impl.sac.trainer import (
+    PRESETS,
+    Config,
+    apply_overrides,
+    cli,
+    device_legal_mask,
+)
 
 pytestmark = pytest.mark.meta
 
@@ -108,8 +119,6 @@ KEYS = {"update", "critic_loss", "policy_loss", "alpha", "entropy", "target_entr
 
 
 def test_two_update_smoke_run_writes_metrics_and_resumes(tmp_path):
-    from reference_impl.sac.trainer import cli
-    from rlconform.spec.gates import evaluate
 
     out = tmp_path / "run"
     assert cli(["--out", str(out), "--updates", "2", *TINY]) == 0
@@ -129,7 +138,6 @@ def test_two_update_smoke_run_writes_metrics_and_resumes(tmp_path):
 
 
 def test_paragraph_consistency_counts_distinct_lexicon_pairs():
-    from reference_impl.sac.quality import paragraph_consistency
 
     lex = frozenset({"中国", "国家", "人民"})
     # 中国家人民: pairs 中国 国家 家人 人民 -> three words of four pairs (hand count)
@@ -140,7 +148,6 @@ def test_paragraph_consistency_counts_distinct_lexicon_pairs():
 
 
 def test_device_side_legal_mask_equals_the_env_mask(corpus):
-    from reference_impl.sac.trainer import device_legal_mask
 
     env = _env(corpus)
     g = torch.Generator().manual_seed(4)
@@ -161,8 +168,6 @@ def test_device_side_legal_mask_equals_the_env_mask(corpus):
 
 
 def test_full_preset_carries_the_v2_sizes_of_the_spec():
-    from reference_impl.sac.trainer import PRESETS, Config, apply_overrides
-    from rlconform.spec import default_spec
 
     cfg = apply_overrides(Config(), [f"{k}={v!r}" for k, v in PRESETS["full"].items()])
     spec = default_spec().clauses
@@ -176,7 +181,6 @@ def test_full_preset_carries_the_v2_sizes_of_the_spec():
 @pytest.mark.parametrize("pair", ["cuda_graph=maybe", "lr_pi=fast", "batch_size=2.5", "env.n_envs=x"])
 def test_an_override_of_the_wrong_type_is_an_error(pair):
     """``--set`` values keep their field's type: a string for a flag would be a true value, silently."""
-    from reference_impl.sac.trainer import Config, apply_overrides
 
     with pytest.raises(ValueError, match=r"wrong type: " + pair.split("=")[0]):
         apply_overrides(Config(), [pair])
@@ -196,7 +200,6 @@ def _write_run(path, critic, top3_at):
 
 @pytest.mark.clause("SAC-GATE-2", "SAC-GATE-8")
 def test_suite_summary_counts_diverged_seeds_and_the_smallest_ablation_drop(tmp_path):
-    from rlconform.golive import summarise
 
     down, up = [3.0, 2.0, 2.0, 1.0] * 2, [1.0, 1.0, 2.0, 3.0] * 2  # quarters: 3.0/2.0 -> 1.0/1.0; 1.0/1.0 -> 3.0/3.0
     _write_run(tmp_path / "seed0", down, {4: 0.30, 8: 0.35})

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rlconform.audit import clause_report, run_suite
 
 pytestmark = [pytest.mark.meta, pytest.mark.long]

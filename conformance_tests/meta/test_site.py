@@ -29,9 +29,11 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from conformance_tests.meta.run_once import once_per_run
+from rlconform.audit import clause_report
 from rlconform.spec import default_spec
+
+from conformance_tests import contract
+from conformance_tests.meta.run_once import once_per_run
 
 pytestmark = [pytest.mark.meta, pytest.mark.long]
 
@@ -48,8 +50,6 @@ VIRTUAL_MS_PER_PAGE = 15000
 def _synthetic_report(path: Path) -> Path:
     """A report in which every clause passed: enough to render the results page without a suite run."""
     import json
-
-    from rlconform.audit import clause_report
 
     spec = default_spec()
     payload = {"impl": "reference_impl:make", "impl_name": "rlconform-reference", "impl_version": "test",
@@ -98,7 +98,6 @@ def test_errata_page_lists_every_clause_with_errata(site):
 
 
 def test_generated_sections_exist(site):
-    from conformance_tests import contract
 
     spec = default_spec()
     for fam in contract.FAMILIES:

@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from rlconform.coverage import coverage
-from rlconform.spec import SEEDS, SpecError, default_spec, exact_reason, load_spec, spec_dir
+from rlconform.spec import (
+    SEEDS,
+    SpecError,
+    default_spec,
+    exact_reason,
+    load_spec,
+    spec_dir,
+)
 
 pytestmark = pytest.mark.meta
 

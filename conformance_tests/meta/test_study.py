@@ -5,8 +5,9 @@ import json
 import math
 
 import pytest
-
+from rlconform import cli
 from rlconform.study import analysis as an
+from rlconform.study import isreshape_lm as study
 from rlconform.study.grid import Job, run_grid, updates_done
 
 pytestmark = pytest.mark.meta
@@ -59,7 +60,6 @@ def test_the_grid_skips_finished_runs_and_records_failures(tmp_path):
 
 
 def test_a_bad_lr_file_stops_the_study_before_any_run(tmp_path, capsys):
-    from rlconform import cli
 
     (tmp_path / "lr.json").write_text(json.dumps({"v4": 1e-4}))
     argv = ["study", "isreshape-lm", "--out", str(tmp_path / "s"), "--arms", "v4,ppo", "--lr-from"]
@@ -70,7 +70,6 @@ def test_a_bad_lr_file_stops_the_study_before_any_run(tmp_path, capsys):
 
 
 def test_the_sweep_keeps_the_rate_with_the_best_windowed_held_out_score(tmp_path):
-    from rlconform.study import isreshape_lm as study
 
     for lr, acc in ((1e-4, 0.30), (3e-4, 0.50), (1e-3, 0.50)):  # a tie: the smaller rate
         for s in (0, 1):

@@ -19,7 +19,9 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from conformance_tests import simdevice
 from conformance_tests.harness import named_leaves
+from reference_impl.common import load_checkpoint
 
 pytestmark = pytest.mark.meta
 
@@ -72,8 +74,6 @@ def _floating(obj):
 def test_two_updates_name_their_device_and_keep_the_dtype(tmp_path, name, request):
     import importlib
 
-    from reference_impl.common import load_checkpoint
-
     module, small, *rest = TRAINERS[name]
     subdir, needs = (rest + [".", None])[:2] if len(rest) < 2 else rest
     if needs:
@@ -106,8 +106,6 @@ def test_two_updates_on_the_simulated_gpu(tmp_path, name):
     """The GPU path without a GPU: on the simulated CUDA device a tensor the trainer leaves on the host (the
     env, a buffer, a generator, an evaluation table) raises where real CUDA would."""
     import importlib
-
-    from conformance_tests import simdevice
 
     module, small, *_ = TRAINERS[name]
     mod = importlib.import_module(module)

@@ -30,9 +30,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rlconform import launch
 
 from conformance_tests.harness import tolerance
-from rlconform import launch
+from reference_impl.common import distributed as ddp
+from reference_impl.common.distributed import rank_seed
+from reference_impl.ppo.losses import normalize_advantages
+from reference_impl.ppo.masking import evaluate_actions
+from reference_impl.ppo.nets import Actor, Critic
+from reference_impl.ppo.trainer import MINIMA
+from reference_impl.ppo.update import minibatch_loss, ppo_update
 
 pytestmark = [pytest.mark.meta, pytest.mark.long]
 
@@ -60,7 +67,6 @@ def torchrun(tmp_path_factory):
 
 
 def _nets():
-    from reference_impl.ppo.nets import Actor, Critic
 
     torch.manual_seed(0)
     return Actor(OBS, ACTIONS, HIDDEN).double(), Critic(OBS, HIDDEN).double()
@@ -68,7 +74,6 @@ def _nets():
 
 def _combined_batch(actor) -> dict:
     """2n rows, the same on every rank: random legal masks, actions and old log-probs of ``actor``."""
-    from reference_impl.ppo.masking import evaluate_actions
 
     g = torch.Generator().manual_seed(123)
     n = WORLD * N_PER_RANK
@@ -84,16 +89,12 @@ def _combined_batch(actor) -> dict:
 
 
 def _normalise(a: torch.Tensor) -> torch.Tensor:
-    from reference_impl.ppo.losses import normalize_advantages
 
     return normalize_advantages(a, eps=1e-8, clamp=None)
 
 
 def _worker(out: str) -> None:
     """One rank: its half of the batch, the trainer's DDP helpers, one ``ppo_update``; rank 0 saves."""
-    from reference_impl.common import distributed as ddp
-    from reference_impl.ppo.trainer import MINIMA
-    from reference_impl.ppo.update import ppo_update
 
     torch.set_num_threads(1)
     d = ddp.setup("cpu")
@@ -115,8 +116,6 @@ def _single_process_replay() -> tuple[dict, dict, list[dict]]:
     """The same update in one process on the combined batch: each combined minibatch is the union of
     the ranks' minibatches; one mean loss over it, one backward, per-network clipping, one Adam step.
     Returns the parameters and each combined minibatch's metrics (approx_kl, log_prob_min)."""
-    from reference_impl.common.distributed import rank_seed
-    from reference_impl.ppo.update import minibatch_loss
 
     actor, critic = _nets()
     full = _combined_batch(actor)

@@ -24,15 +24,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from rlconform import audit, cli
+from rlconform.audit import clause_report, render_checklist, run_suite
+from rlconform.cli import UsageError, gate
+from rlconform.spec import SpecError, default_spec, load_spec, spec_dir
+from rlconform.spec.yamlfile import YamlFileError
 
 import reference_impl
+from conformance_tests import NotApplicable, harness
+from conformance_tests import strategies as st_
+from conformance_tests.expectations import load_expectations
+from conformance_tests.harness import _severity_of
 from conformance_tests.impl import override
 from conformance_tests.meta.run_once import once_per_run
-from rlconform import cli
-from rlconform.audit import clause_report, render_checklist, run_suite
-from conformance_tests.expectations import load_expectations
-from rlconform.spec import default_spec
-from rlconform.spec.yamlfile import YamlFileError
+from reference_impl.common.run import RunDir, RunDirBusy
 
 pytestmark = pytest.mark.meta
 HERE = "conformance_tests.meta.test_verdict"
@@ -260,7 +265,7 @@ def test_report_keeps_every_failing_test_golden_first_with_hypothesis_details(fl
 def test_report_names_versions_commit_seed_and_only_the_audited_families(tmp_path):
     code, out, err = _cli("audit", "--impl", f"{HERE}:stalling_isreshape_impl", "--family", "isreshape",
                           "--out", tmp_path, "--profile", "release", "--seed", "1234", "--timeout", "600",
-                          "--budget", "5")
+                          "--budget", "15")
     report = json.loads((tmp_path / "report.json").read_text())
     info = report["run_info"]
     assert info["families"] == ["isreshape"] and list(info["spec_versions"]) == ["isreshape"]
@@ -282,7 +287,7 @@ def test_junit_xml_carries_clause_and_repro_properties(flawed):
 
 
 def test_a_hang_that_ignores_signals_is_killed_and_the_run_resumes():
-    payload = run_suite(f"{HERE}:deaf_hang_impl", clauses=["SAC-V-1", "SAC-TD-1"], timeout=2, grace=1)
+    payload = run_suite(f"{HERE}:deaf_hang_impl", clauses=["SAC-V-1", "SAC-TD-1"], timeout=10, grace=1)
     report = clause_report(payload)
     st = {c["id"]: c["status"] for c in report["clauses"]}
     assert st["SAC-V-1"] == "timeout" and st["SAC-TD-1"] == "pass"
@@ -292,6 +297,26 @@ def test_a_hang_that_ignores_signals_is_killed_and_the_run_resumes():
     # would add is already known), the SAC-TD-1 tests after it still run
     later = [t for t in payload["tests"].values() if t["clauses"] == ["SAC-V-1"] and t["outcome"] != "pass"][1:]
     assert later and all(t["outcome"] == "timeout" and t["message"].startswith("not run: ") for t in later), later
+
+
+def deaf_td_target_impl():
+    """td_target hangs where no signal reaches it; the tests of two clauses call it."""
+    def td_target(reward, done, v_next, *, gamma, truncated=None):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(1000)
+
+    return override(reference_impl.make(), "sac", td_target=td_target)
+
+
+def test_an_operation_killed_for_hanging_is_never_called_again_in_later_processes():
+    """One kill per hung operation, not one per clause: the next child is told which operation the killed one
+    was inside, and every later call of it fails at once as a timeout that says why."""
+    payload = run_suite(f"{HERE}:deaf_td_target_impl", clauses=["SAC-TD-1", "SAC-INPUT-4"], timeout=10, grace=1)
+    st = {c["id"]: c["status"] for c in clause_report(payload)["clauses"]}
+    assert st == {"SAC-TD-1": "timeout", "SAC-INPUT-4": "timeout"}, st
+    assert len(payload["hung"]) == 1, payload["hung"]
+    msgs = [t.get("message") or "" for t in payload["tests"].values() if t["clauses"] == ["SAC-INPUT-4"]]
+    assert any("sac.td_target is not called again: it hung an earlier test" in m for m in msgs), msgs
 
 
 def test_ctrl_c_reports_what_ran_and_exits_4(tmp_path):
@@ -421,7 +446,6 @@ def test_gate_warns_about_a_torn_last_line_and_reads_the_rest(tmp_path):
 
 # ----------------------------------------------------------------------------- trainers restart cleanly
 def test_a_restart_without_checkpoint_drops_the_killed_attempts_records(tmp_path):
-    from reference_impl.common.run import RunDir
 
     run = RunDir(tmp_path, family="ppo", config={"lr": 1.0})
     for u in range(2):  # an attempt killed before its first checkpoint
@@ -434,7 +458,6 @@ def test_a_restart_without_checkpoint_drops_the_killed_attempts_records(tmp_path
 
 
 def test_resume_trims_a_torn_last_line_with_a_warning(tmp_path):
-    from reference_impl.common.run import RunDir
 
     run = RunDir(tmp_path, family="ppo", config={"lr": 1.0})
     for u in range(3):
@@ -459,7 +482,6 @@ def test_version():
 
 def test_only_a_usage_error_exits_2_and_a_fault_of_rlconform_exits_4(monkeypatch):
     """The README's exit codes: 2 is the caller's mistake, 4 is ours; a bug must never pass for a bad argument."""
-    from rlconform.cli import UsageError, gate
 
     def bug(args, rest):
         raise KeyError("an internal lookup failed")
@@ -499,8 +521,9 @@ def test_a_damaged_checkpoint_is_named_not_a_torch_traceback(tmp_path):
 
 
 def test_packages_are_typed():
-    import conformance_tests
     import rlconform
+
+    import conformance_tests
 
     for pkg in (conformance_tests, reference_impl, rlconform):
         assert (Path(pkg.__file__).parent / "py.typed").exists(), pkg.__name__
@@ -515,7 +538,6 @@ def _reference_without_capabilities(**sac_ops):
 
 def unmasked_softmax_impl():
     """A library without masks: it declares every input with an illegal action not applicable."""
-    from conformance_tests import NotApplicable
 
     ref = reference_impl.make().sac.masked_softmax
 
@@ -674,9 +696,6 @@ def test_masks_false_makes_illegal_action_tests_not_applicable_never_error():
 def test_declared_dtypes_are_the_only_ones_drawn():
     from hypothesis import given, settings
 
-    from conformance_tests import harness
-    from conformance_tests import strategies as st_
-
     saved = harness.declared_capabilities()
     seen: set[torch.dtype] = set()
 
@@ -702,7 +721,6 @@ def test_declared_dtypes_are_the_only_ones_drawn():
 
 
 def test_declared_value_outside_the_allowed_values_is_the_implementations_error():
-    from conformance_tests import harness
 
     saved = harness.declared_capabilities()
     try:
@@ -719,8 +737,6 @@ def test_declared_value_outside_the_allowed_values_is_the_implementations_error(
 
 def test_conventions_must_name_existing_clauses_that_list_them_back(tmp_path):
     import shutil
-
-    from rlconform.spec import SpecError, load_spec, spec_dir
 
     for f in spec_dir().glob("*.yaml"):
         shutil.copy(f, tmp_path / f.name)
@@ -768,8 +784,6 @@ def test_a_run_directory_has_one_writer(tmp_path):
     trainers on one --out would interleave their metrics); the end of the owner frees it."""
     import subprocess
     import sys
-
-    from reference_impl.common.run import RunDir, RunDirBusy
 
     owner = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom reference_impl.common.run import RunDir\n"
@@ -842,7 +856,6 @@ def test_findings_are_ordered_by_severity_then_level():
 
 
 def test_a_residue_is_minor_a_wrong_value_major_a_nan_critical():
-    from conformance_tests.harness import _severity_of
 
     e = torch.tensor([10.1, 10.1, 3.0], dtype=torch.float64).numpy()
     assert _severity_of(e + 1.4e-11, e, 1.4e-11) == "minor"
@@ -950,7 +963,6 @@ def test_a_float64_finding_is_shown_in_the_dtype_the_library_trains_in():
 
 
 def test_the_failing_call_is_made_again_in_the_training_dtype():
-    from conformance_tests import harness
 
     saved = harness.declared_capabilities()
     impl = plain_zscore_macro_trained_in_float32()
@@ -1012,7 +1024,6 @@ def crashing_everywhere():
 def test_past_the_crash_limit_the_audit_reports_what_ran_and_gives_no_verdict(monkeypatch):
     """An implementation that keeps killing the test process is not restarted forever: past MAX_CRASHES the
     crashes are findings, the rest is NOT RUN, and the exit is 4 (never 0, never a lost report)."""
-    from rlconform import audit
 
     monkeypatch.setattr(audit, "MAX_CRASHES", 2)
     report = clause_report(run_suite(f"{HERE}:crashing_everywhere",

@@ -31,7 +31,7 @@ import conformance_tests
 import rlconform
 from conformance_tests.expectations import load_expectations
 from conformance_tests.layout import clause_test_files
-from conformance_tests.options import DEFAULT_TIMEOUT
+from conformance_tests.options import DEFAULT_TIMEOUT, KILLED_OPS_VAR
 from conformance_tests.outcomes import KIND_RANK
 from conformance_tests.preflight import git_commit, resolve_impl_string
 from rlconform import launch
@@ -215,6 +215,7 @@ def run_suite(
     launch.prepare()  # a forkserver's start-up is no test's time
     state, started = _Run(), time.time()
     hung: list[str] = []
+    killed_ops: list[str] = []  # operations a killed child was inside: the next children never call them
     crashed: list[str] = []
     interrupted = budget_exhausted = crash_limited = False
     with tempfile.TemporaryDirectory(prefix="rlconform-audit-") as tmpdir:
@@ -230,7 +231,7 @@ def run_suite(
                                    families=families, expectations=expectations, jobs=jobs, timeout=timeout,
                                    seed=seed, events=events, skip=skip, extra=extra)
                 try:
-                    env = {**child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"),
+                    env = {**child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"), KILLED_OPS_VAR: ",".join(killed_ops),
                            "RLCONFORM_FAULT_LOG": str(tmp / "fault.txt")}
                     proc = launch.start(args, cwd=tmp, env=env, stdout=log_file.name)
                     state.finished = None
@@ -251,6 +252,7 @@ def run_suite(
                 if reason == "hang":
                     nodeid = next(iter(state.in_flight))
                     hung.append(nodeid)
+                    killed_ops.extend(_last_op(tmp))
                     state.give_up(nodeid, f"{nodeid} did not finish within {per_test:g} s (+{grace:g} s grace); "
                                        "the process was stopped")
                     skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
@@ -294,6 +296,14 @@ def run_suite(
 
 _RUNNER_FRAMES = ("/_pytest/", "/pluggy/", "/hypothesis/", "/execnet/", "/xdist/")  # not what a crash report needs
 MAX_CRASHES = 20  # child restarts after crashes in one audit; past that the rest is reported not run
+
+
+def _last_op(tmp: Path) -> list[str]:
+    """The operation the child was calling when it was killed (``family.op``, from its call log), if known."""
+    last = tmp / "last_call.txt"
+    text = last.read_text(encoding="utf-8", errors="replace").strip() if last.exists() else ""
+    name = text.split("(", 1)[0].strip()
+    return [name] if re.fullmatch(r"[a-z]+\.[A-Za-z_][A-Za-z0-9_]*", name) else []
 
 
 def _crash_message(nodeid: str, returncode: int | None, tmp: Path) -> str:

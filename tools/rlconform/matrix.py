@@ -6,6 +6,10 @@ child pytest, as ``rlconform audit`` does), writes a per-library audit (report.j
 :data:`CELLS`. A failing cell is a *finding*; a published finding must have its own page under
 ``findings/`` that names the clause (an upstream bug report), so every alarm in the matrix is explained.
 
+Each adapter module declares ``LEFT_OUT`` (``{"family.op": why}``), the contract operations of the families
+it covers that it does not provide; the matrix carries them per library (``left_out``) and lists them with
+their reasons, so a clause that is not applicable says why.
+
 ``--check`` compares the findings and deviations of each library with the pins in
 ``conformance_tests/adapters/pins.yaml``: a suite change that adds or loses one is a difference to
 review, never a silent drift.
@@ -13,6 +17,7 @@ review, never a silent drift.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import re
 from importlib import metadata, util
@@ -60,6 +65,11 @@ class Adapter:
 
     def installed(self) -> bool:
         return util.find_spec(self.module) is not None
+
+    def left_out(self, families: Iterable[str]) -> dict[str, str]:
+        """``"family.op" -> why`` for the ops of ``families`` the adapter declares it leaves out (its ``LEFT_OUT``)."""
+        declared = getattr(importlib.import_module(self.impl.split(":")[0]), "LEFT_OUT", {})
+        return {op: why for op, why in sorted(declared.items()) if op.split(".")[0] in set(families)}
 
     def versions(self) -> dict[str, str | None]:
         out = {}
@@ -181,9 +191,12 @@ def default_findings(out: Path) -> Path:
 
 
 def refresh(matrix: dict, findings_dir: Path) -> dict:
-    """The same matrix with its finding pages looked up again (after pages were added or renamed)."""
+    """The same matrix with its finding pages looked up again (after pages were added or renamed), and each
+    audited library's left-out ops read again from its adapter's ``LEFT_OUT`` (reasons edited since the run)."""
     pages = finding_pages(findings_dir)
     for lib, info in matrix["libraries"].items():
+        if info.get("families"):
+            info["left_out"] = adapter(lib).left_out(info["families"])
         info["finding_pages"] = {c: pages.get((lib, c), []) for c in info.get("findings", [])}
         info["unexplained"] = [c for c in info.get("findings", []) if not pages.get((lib, c))]
         info["read_in_source"] = _read_in_source(findings_dir, lib)
@@ -244,7 +257,24 @@ def render_markdown(matrix: dict) -> str:
     for c in shown:
         row = [_SYMBOL[libs[lib]["cells"].get(c["id"], "not_applicable")] for lib in names]
         lines.append(f"| `{c['id']}` | {c['level']} | " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _left_out_lines(libs)) + "\n"
+
+
+def _left_out_lines(libs: dict) -> list[str]:
+    """Per library, the contract ops its adapter leaves out, grouped by the adapter's reason."""
+    if not any(info.get("left_out") for info in libs.values()):
+        return []
+    lines = ["", "## Left out by the adapters", "",
+             "The contract operations of each audited family that the library's adapter does not provide, with the "
+             "adapter's reason: the clauses that only they reach are not applicable for that library.", ""]
+    for lib, info in libs.items():
+        by_reason: dict[str, list[str]] = {}
+        for op, why in (info.get("left_out") or {}).items():
+            by_reason.setdefault(why, []).append(op)
+        if by_reason:
+            lines += [f"### {lib}", ""] + [f"- {', '.join(f'`{op}`' for op in ops)}: {why}"
+                                           for why, ops in by_reason.items()] + [""]
+    return lines[:-1]
 
 
 def load_pins(path: Path = PINS) -> dict[str, dict[str, list[str]]]:
@@ -315,6 +345,7 @@ def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs
         info.update(families=families, audited=report["run_info"].get("finished"), exit_code=report["summary"]["exit_code"],
                     verdict=report["summary"]["verdict"], seconds=round(payload["finished"] - payload["started"], 1))
         info["severity"] = {c["id"]: c["severity"] for c in report["clauses"] if c.get("severity")}
+        info["left_out"] = a.left_out(families)
         columns[a.library] = info | {"cells": library_column(report, spec)}
         _say(on_library, a.library, f"exit {info['exit_code']}: {info['verdict']} ({info['seconds']} s)")
     previous = out / "matrix.json"
