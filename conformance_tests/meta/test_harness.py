@@ -175,6 +175,24 @@ def test_a_family_runs_its_own_test_files_and_the_shared_ones():
         clause_test_files(["dqn"])
 
 
+def test_the_files_chosen_for_a_clause_hold_every_test_of_it():
+    """An audit of some clauses runs only the modules :func:`clause_test_files` picks for them: each clause's
+    tests, as a collection finds them, must all lie in those modules (a module whose marks are computed
+    rather than literal would otherwise drop tests silently)."""
+    marks, code, output, _ = collect_tests()
+    assert code == 0, output[-3000:]
+    spec = default_spec()
+    files_of: dict[str, set[str]] = {}
+    for nodeid, cls in marks.items():
+        path = nodeid.split("::")[0]
+        if "/meta/" not in "/" + path:
+            for c in cls:
+                files_of.setdefault(c, set()).add(path.rsplit("/", 1)[-1])
+    for clause, files in sorted(files_of.items()):
+        chosen = {f.name for f in clause_test_files([spec.clause(clause).family], [clause])}
+        assert files <= chosen, f"{clause}: tests in {sorted(files - chosen)} are not among the chosen {sorted(chosen)}"
+
+
 def test_a_run_once_value_is_built_once_and_a_failed_build_is_not_kept(tmp_path_factory):
 
     calls = []

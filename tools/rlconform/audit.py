@@ -210,7 +210,7 @@ def run_suite(
         seed = random.SystemRandom().randrange(2**32)
     clauses = list(clauses or ())
     fams = {default_spec().clause(c).family for c in clauses} if clauses else (set(families) if families else None)
-    targets = [str(f) for f in clause_test_files(fams)]
+    targets = [str(f) for f in clause_test_files(fams, clauses)]
     per_test = DEFAULT_TIMEOUT if timeout is None else float(timeout)
     launch.prepare()  # a forkserver's start-up is no test's time
     state, started = _Run(), time.time()

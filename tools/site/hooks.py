@@ -5,6 +5,7 @@ the CJK font subset. MkDocs loads this file by its path, so the checkout it lies
 first (``mkdocs build`` run as a script has only its own directory there)."""
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -26,8 +27,19 @@ from tools.site.search import clean_search_index  # noqa: E402
 def on_config(config, **kwargs):
     """Fill the nav sections left empty in mkdocs.yml from what exists at build time."""
     cjk_source()  # fail before the build, not after it, when no CJK font can be subset
+    quiet_jieba()
     config["nav"] = fill_nav(config["nav"], Path(config["docs_dir"]))
     return config
+
+
+def quiet_jieba() -> None:
+    """The search plugin's Chinese segmenter logs its dictionary loading at DEBUG to stderr; the build log
+    shows warnings only. (jieba sets its own level when imported, so it is imported here first.)"""
+    try:
+        import jieba  # optional: the docs extra
+    except ImportError:
+        return
+    jieba.setLogLevel(logging.WARNING)
 
 
 def on_files(files, config, **kwargs):
