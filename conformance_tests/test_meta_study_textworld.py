@@ -126,6 +126,8 @@ def _study(out: Path) -> None:
     _write_run(out / "single" / "repeat" / f"init{p}" / arm / f"{arm}-s{s}", UPDATES, lambda u: 0.4 + 0.2)
     (out / "single" / "grid.json").write_text(json.dumps({"arms": list(st.ARMS), "pretrains": list(pretrains),
                                                           "seeds": list(seeds), "updates": UPDATES}))
+    (out / "single" / "random_policy.json").write_text(json.dumps(
+        {"games": 8, "episodes": 80, "max_steps": 20, "success": 0.05, "win_steps": [9] * 4, "walkthrough_steps": [3, 4, 5]}))
     (out / "single" / "timings.jsonl").write_text("".join(
         json.dumps({"key": ["k", str(i)], "rc": 0, "start": 1000 + 100 * i, "wall_s": 90.0}) + "\n" for i in range(61)))
 
@@ -148,6 +150,7 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
     assert "| `ccapo` | 9 | 7 (model 2, seed 3) |" in page  # the spike with its update
     assert "1.7 hours from the first start to the last end" in page  # 61 starts 100 s apart, the last 90 s long
     assert "the two logs are identical" in page
+    assert "take 3-5 commands; a uniform random policy over the same choices wins 5.0% of 80 episodes" in page
     for f in ("curves.png", "runs.tar.gz", "summary.csv"):
         assert (dest / f).stat().st_size > 0
     prov = json.loads((dest / "provenance.json").read_text())
