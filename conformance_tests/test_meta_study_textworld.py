@@ -163,3 +163,15 @@ def test_an_unfinished_study_is_not_published(tmp_path):
     with pytest.raises(RuntimeError, match="1 runs unfinished"):
         st.publish(tmp_path / "s", tmp_path / "page")
     assert not (tmp_path / "page").exists()
+
+
+def test_the_study_command_rejects_what_this_study_does_not_have_before_any_run(tmp_path, capsys):
+    from rlconform import cli
+
+    base = ["study", "ccapo-textworld", "--out", str(tmp_path / "s")]
+    assert cli.main([*base, "--lr-from", str(tmp_path / "lr.json")]) == 2
+    assert cli.main([*base, "--variant", "tiny"]) == 2
+    assert cli.main([*base, "--arms", "ccapo,ppo"]) == 2
+    err = capsys.readouterr().err
+    assert "has no learning-rate sweep" in err and "--variant tiny: choose from single, multiroom" in err
+    assert "unknown arm 'ppo'" in err and not (tmp_path / "s").exists()
