@@ -91,14 +91,14 @@ def claims(rows: dict[str, dict[int, dict]]) -> str:
                 continue
             seeds = sorted(set(rows[arm]) & set(rows[base]))
             d = {s: rows[arm][s]["reward"] - rows[base][s]["reward"] for s in seeds}
-            lines.append(f"- {an.claim(arm, base, 'the reward over the last 20% of updates', *an.paired_bootstrap({0: d}))}.")
+            lines.append(f"- {an.paired_claim(arm, base, 'the reward over the last 20% of updates', {0: d})}.")
             # updates to 0.9: a run that never gets there counts as UPDATES, so its difference is a bound
             cens = sum(rows[a][s]["t90"] is None for a in (arm, base) for s in seeds)
             t = {a: {s: rows[a][s]["t90"] if rows[a][s]["t90"] is not None else UPDATES for s in seeds} for a in (arm, base)}
-            m, lo, hi = an.paired_bootstrap({0: {s: t[arm][s] - t[base][s] for s in seeds}})
             note = f" ({cens} runs never reached {TARGET}, counted as {UPDATES})" if cens else ""
-            lines.append(f"- {an.claim(arm, base, f'updates to reach reward {TARGET}', m, lo, hi, higher_is_better=False)}"
-                         f"{note}.")
+            faster = an.paired_claim(arm, base, f"updates to reach reward {TARGET}",
+                                     {0: {s: t[arm][s] - t[base][s] for s in seeds}}, higher_is_better=False)
+            lines.append(f"- {faster}{note}.")
             g, glo, ghi = an.paired_bootstrap({0: {s: math.log(t[base][s] / t[arm][s]) for s in seeds}})
             lines.append(f"  - Speed-up of `{arm}` over `{base}` (geometric mean over seeds of the ratio of updates to "
                          f"{TARGET}): {math.exp(g):.2f}x, 95% interval [{math.exp(glo):.2f}x, {math.exp(ghi):.2f}x].")

@@ -115,3 +115,16 @@ def paired_differences(scores: Scores, arm: str, baseline: str) -> dict[int, dic
     an unpaired run counts in its arm's level, never in a difference."""
     mine, base = by_model(scores, arm), by_model(scores, baseline)
     return {p: {s: v - base[p][s] for s, v in seeds.items() if s in base.get(p, {})} for p, seeds in mine.items()}
+
+
+MIN_PAIRS = 5  # fewer paired runs than this make a bootstrap interval too narrow to carry a claim
+
+
+def paired_claim(a: str, b: str, metric: str, diffs: dict[int, dict[int, float]], *,
+                 higher_is_better: bool = True) -> str:
+    """:func:`claim` from the paired interval of ``diffs``; with fewer than ``MIN_PAIRS`` pairs, the sentence
+    says so instead (a percentile bootstrap of one or two pairs is a point, not an interval)."""
+    n = sum(1 for g in diffs.values() for v in g.values() if not math.isnan(v))
+    if n < MIN_PAIRS:
+        return f"too few paired runs ({n}, fewer than {MIN_PAIRS}) to compare `{a}` with `{b}` on {metric}"
+    return claim(a, b, metric, *paired_bootstrap(diffs), higher_is_better=higher_is_better)

@@ -221,9 +221,9 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
         raise RuntimeError(f"{vdir}: {len(missing)} runs unfinished (first: {missing[0]}); re-run the study's "
                            "command to finish them before publishing")
     arms = grid["arms"]
-    runs = _runs(vdir, arms)
+    runs = {k: recs for k, recs in _runs(vdir, arms).items() if len(recs) >= grid["updates"]}  # a run in flight: not yet
     if not runs:
-        raise FileNotFoundError(f"{vdir}: no runs")
+        raise FileNotFoundError(f"{vdir}: no finished runs")
     facts = stamp(packages=["textworld", "matplotlib"])  # before writing: the stamp names the tree as it was
     task = {"max_steps": 20, **VARIANTS[variant]["task"]}
     rows = [{"initial_model": p, "arm": a, "seed": s, **run_scores(recs, task["max_steps"])}
@@ -319,8 +319,7 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
             continue
         for key, label in (("heldout", "held-out success (last 20%)"), ("heldout_mean", "held-out success (mean "
                                                                                          "over evaluations)")):
-            m, lo, hi = an.paired_bootstrap(an.paired_differences(scores[key], arm, base))
-            lines.append(f"- {an.claim(arm, base, label, m, lo, hi)}.")
+            lines.append(f"- {an.paired_claim(arm, base, label, an.paired_differences(scores[key], arm, base))}.")
     lines += ["", "Per initial model (mean over seeds of the paired last-20% difference):", ""]
     for arm in arms:
         if arm == base:
