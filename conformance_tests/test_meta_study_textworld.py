@@ -155,6 +155,7 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
         assert (dest / f).stat().st_size > 0
     prov = json.loads((dest / "provenance.json").read_text())
     assert prov["commit"] and "rlconform study ccapo-textworld" in prov["study_command"]
+    assert prov["command"].endswith(f"--variant single --no-run --publish {dest}")
 
 
 def test_an_unfinished_study_is_not_published(tmp_path):

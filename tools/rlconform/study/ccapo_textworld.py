@@ -224,7 +224,9 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     runs = {k: recs for k, recs in _runs(vdir, arms).items() if len(recs) >= grid["updates"]}  # a run in flight: not yet
     if not runs:
         raise FileNotFoundError(f"{vdir}: no finished runs")
-    facts = stamp(packages=["textworld", "matplotlib"])  # before writing: the stamp names the tree as it was
+    # before writing: the stamp names the tree as it was, and the command that makes this page from the runs
+    facts = stamp(f"rlconform study ccapo-textworld --out {out} --variant {variant} --no-run --publish {dest}",
+                  packages=["textworld", "matplotlib"])
     task = {"max_steps": 20, **VARIANTS[variant]["task"]}
     rows = [{"initial_model": p, "arm": a, "seed": s, **run_scores(recs, task["max_steps"])}
             for (p, a, s), recs in sorted(runs.items())]
