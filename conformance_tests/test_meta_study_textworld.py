@@ -81,6 +81,13 @@ def test_a_finished_run_is_skipped_and_an_interrupted_one_continues(tmp_path):
     assert st.missing_runs(tmp_path / "single", grid) == ["single/init0/grpo/seed0", "single/repeat/init0/ccapo/seed0"]
 
 
+def test_pairs_whose_logs_agree_are_counted():
+    same = [{"update": 0, "success_rate": 0.0}]
+    runs = {(0, "ccapo", 0): same, (0, "grpo", 0): list(same), (0, "ccapo", 1): same,
+            (0, "grpo", 1): [{"update": 0, "success_rate": 0.5}], (1, "ccapo", 0): same}  # the last has no pair
+    assert st.identical_pairs(runs, "ccapo", "grpo") == (1, 2)
+
+
 def test_records_flatten_by_split():
     recs = [{"update": 4, "split": "train", "success_rate": 0.25, "time": 1.0, "arm": "ccapo"},
             {"update": 4, "split": "heldout", "success_rate": 0.5, "mean_steps": 7.0}]
@@ -150,6 +157,7 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
     assert "| `ccapo` | 9 | 7 (model 2, seed 3) |" in page  # the spike with its update
     assert "1.7 hours from the first start to the last end" in page  # 61 starts 100 s apart, the last 90 s long
     assert "the two logs are identical" in page
+    assert "In 0 of 15 pairs the `ccapo` and `grpo` runs are identical" in page
     assert "take 3-5 commands; a uniform random policy over the same choices wins 5.0% of 80 episodes" in page
     for f in ("curves.png", "runs.tar.gz", "summary.csv"):
         assert (dest / f).stat().st_size > 0

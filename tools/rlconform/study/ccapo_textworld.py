@@ -7,7 +7,7 @@ One command, ``rlconform study ccapo-textworld --out DIR [--variant multiroom]``
   compared with ``BASELINE`` run by run. The arms differ only in the advantage they train on; their draws
   part as soon as their policies do.
 - **GiGPO's step weight.** GiGPO's step term runs at omega 0.5, CCAPO's micro weight (CCAPO-DEFAULT-3), and
-  at omega 1, GiGPO's own default; both are reported.
+  at omega 1, the trainer's default and the earlier single-seed page's setting; both are reported.
 - **Repeat.** One configuration runs twice (``repeat/``), so the page states the run-to-run spread of a
   re-run on this machine instead of assuming it is zero.
 
@@ -164,6 +164,12 @@ def run_scores(recs: list[dict], max_steps: int) -> dict:
     return row
 
 
+def identical_pairs(runs: dict[tuple[int, str, int], list[dict]], a: str, b: str) -> tuple[int, int]:
+    """(pairs whose two logs are equal record for record, pairs) of arms ``a`` and ``b``."""
+    pairs = [(p, s) for (p, arm, s) in runs if arm == a and (p, b, s) in runs]
+    return sum(runs[(p, a, s)] == runs[(p, b, s)] for p, s in pairs), len(pairs)
+
+
 # ----------------------------------------------------------------------------- the page
 def _runs(vdir: Path, arms) -> dict[tuple[int, str, int], list[dict]]:
     """(initial model, arm, seed) -> flat records of every run found under ``vdir`` (the repeat excluded)."""
@@ -240,7 +246,8 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     rand = (json.loads((vdir / "random_policy.json").read_text()) if (vdir / "random_policy.json").exists()
             else random_policy(out, variant))
     lines = _page(rows, grid, variant, task, command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}",
-                  read_timings(vdir), repeat_spread(vdir, grid["updates"]), len(missing), rand)
+                  read_timings(vdir), repeat_spread(vdir, grid["updates"]), len(missing), rand,
+                  identical_pairs(runs, "ccapo", BASELINE))
     (dest / "results.md").write_text("\n".join(lines) + "\n")
     arm_curves(runs, arms, [("heldout_success_rate", "held-out success (band: 10-90% of runs)", "success rate", 1),
                             ("mean_steps", "training episode length (5-update mean)", "commands per episode", 5)],
@@ -256,7 +263,7 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
 
 
 def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, timings: list[dict],
-          repeat: tuple[float, int] | None, n_missing: int, rand: dict) -> list[str]:
+          repeat: tuple[float, int] | None, n_missing: int, rand: dict, same: tuple[int, int]) -> list[str]:
     from rlconform.study import analysis as an
     from rlconform.study.grid import elapsed_s
 
@@ -287,7 +294,8 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
               f"the same evaluation draws, so every arm is compared with `{base}` **in pairs**.",
               "- **Arms.** `ccapo`: macro + 0.5 × micro (CCAPO-FUSE-1, beta from CCAPO-DEFAULT-3); `grpo`: the same "
               "code with beta = 0 (CCAPO-MACRO-1 only); `gigpo-w0.5` and `gigpo-w1`: the macro advantage plus GiGPO's "
-              "anchor-state step advantage at weight 0.5 (matched to CCAPO's micro weight) and 1 (GiGPO's own).",
+              "anchor-state step advantage at weight 0.5 (matched to CCAPO's micro weight) and 1 (the trainer's "
+              "default, as on the earlier single-seed page).",
               f"- **Task.** `tw-cooking --recipe 1 --take 1 --go {task.get('go', 1)}`, at most {task['max_steps']} "
               f"commands per episode; 12 training games, {EVAL['heldout_games']} held-out games, "
               f"{EVAL['heldout_games'] * EVAL['eval_episodes']} held-out episodes every {EVAL['eval_every']} updates. "
@@ -322,6 +330,11 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
         for key, label in (("heldout", "held-out success (last 20%)"), ("heldout_mean", "held-out success (mean "
                                                                                          "over evaluations)")):
             lines.append(f"- {an.paired_claim(arm, base, label, an.paired_differences(scores[key], arm, base))}.")
+    if same[1]:
+        lines += ["", f"In {same[0]} of {same[1]} pairs the `ccapo` and `{base}` runs are identical, record for record. "
+                  "CCAPO's micro stream is inert until a training episode wins: V-bar is written by successful "
+                  "trajectories only (CCAPO-STDB-3), so every anchor is unseen and every raw micro advantage is 0 "
+                  "(CCAPO-MICRO-2). A pair that never wins early trains GRPO twice."]
     lines += ["", "Per initial model (mean over seeds of the paired last-20% difference):", ""]
     for arm in arms:
         if arm == base:
