@@ -334,7 +334,7 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
         lines += ["", f"In {same[0]} of {same[1]} pairs the `ccapo` and `{base}` runs are identical, record for record. "
                   "CCAPO's micro stream is inert until a training episode wins: V-bar is written by successful "
                   "trajectories only (CCAPO-STDB-3), so every anchor is unseen and every raw micro advantage is 0 "
-                  "(CCAPO-MICRO-2). A pair that never wins early trains GRPO twice."]
+                  "(CCAPO-MICRO-2). Until its first win, `ccapo` is GRPO."]
     lines += ["", "Per initial model (mean over seeds of the paired last-20% difference):", ""]
     for arm in arms:
         if arm == base:
