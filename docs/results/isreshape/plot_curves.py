@@ -105,17 +105,20 @@ def claims(rows: dict[str, dict[int, dict]]) -> str:
     return "\n".join(lines)
 
 
-def diagnostics(runs: dict[str, list[list[dict]]]) -> str:
-    """v4's weight diagnostics at update 10 and the largest KL(mu || pi) of each loss with its update."""
+def diagnostics(runs: dict[str, list[list[dict]]], seeds: list[int]) -> str:
+    """v4's weight diagnostics at update 10; each loss's largest KL(mu || pi) and gradient norm, with its update."""
     v4 = [r[9] for r in runs["v4"] if len(r) > 9]
     parts = [f"{k} {nanmean(r[k] for r in v4):.3g}" for k in ("weight_mean", "weight_max", "ratio_mean", "gamma_mean")]
     lines = [f"- Diagnostics of v4 at update 10 (mean over {len(v4)} seeds): " + ", ".join(parts) + "."]
     from rlconform.study import analysis as an
 
     for loss in LOSSES:
-        peaks = [(an.peak(r, "kl"), s) for s, r in enumerate(runs[loss])]
-        (v, u), s = max(peaks, key=lambda p: p[0][0] if not math.isnan(p[0][0]) else -math.inf)
-        lines.append(f"- Largest KL(μ‖π) of `{loss}`: {v:.3g} nats at update {u} (seed {s}).")
+        found = []
+        for key, what in (("kl", "KL(μ‖π)"), ("grad_norm", "gradient norm")):
+            peaks = [(an.peak(r, key), s) for s, r in zip(seeds, runs[loss])]
+            (v, u), s = max(peaks, key=lambda p: p[0][0] if not math.isnan(p[0][0]) else -math.inf)
+            found.append(f"largest {what} {v:.3g} at update {u} (seed {s})")
+        lines.append(f"- `{loss}`: " + "; ".join(found) + ".")
     return "\n".join(lines)
 
 
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if page.exists():
         fill(page, "table", table(rows))
         fill(page, "claims", claims(rows))
-        fill(page, "diagnostics", diagnostics(runs))
+        fill(page, "diagnostics", diagnostics(runs, seeds))
         wall = stamp_extra.get("train_wall_s")
         fill(page, "cost", f"{len(seeds)} seeds x {len(LOSSES)} losses, {len(seeds) * len(LOSSES)} runs"
              + (f", {wall:.0f} s of wall time in all, one after another with one torch thread each." if wall else "."))
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                   "train_commands": [" ".join(train_command(s, Path("RUNS"))) for s in seeds],
                   "uniform_reward": uniform, "optimal_reward": best, **stamp_extra})
     (out / "provenance.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
-    print(table(rows), claims(rows), diagnostics(runs), sep="\n\n")
+    print(table(rows), claims(rows), diagnostics(runs, seeds), sep="\n\n")
     print(f"uniform {uniform:.3f}, optimal {best:.3f}; wrote {out / 'reward_vs_update.png'}")
     return 0
 
