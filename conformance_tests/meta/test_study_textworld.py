@@ -136,7 +136,8 @@ def _study(out: Path) -> None:
     (out / "single" / "random_policy.json").write_text(json.dumps(
         {"games": 8, "episodes": 80, "max_steps": 20, "success": 0.05, "win_steps": [9] * 4, "walkthrough_steps": [3, 4, 5]}))
     (out / "single" / "timings.jsonl").write_text("".join(
-        json.dumps({"key": ["k", str(i)], "rc": 0, "start": 1000 + 100 * i, "wall_s": 90.0}) + "\n" for i in range(61)))
+        json.dumps({"key": ["k", str(i)], "rc": 0 if i else -15, "start": 1000 + 100 * i, "wall_s": 90.0 if i else 5.0})
+        + "\n" for i in range(61)))  # the first attempt was interrupted
 
 
 def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_path, monkeypatch):
@@ -156,6 +157,7 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
     assert "- `grpo`, initial model 1, seed 2: training success 0.00" in page
     assert "| `ccapo` | 9 | 7 (model 2, seed 3) |" in page  # the spike with its update
     assert "1.7 hours from the first start to the last end" in page  # 61 starts 100 s apart, the last 90 s long
+    assert "ran 60 training runs to their end (1 interrupted attempts were resumed" in page
     assert "the two logs are identical" in page
     assert "In 0 of 15 pairs the `ccapo` and `grpo` runs are identical" in page
     assert "take 3-5 commands; a uniform random policy over the same choices wins 5.0% of 80 episodes" in page

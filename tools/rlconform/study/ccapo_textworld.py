@@ -279,13 +279,17 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
     if n_missing:
         lines += [f"**Partial:** {n_missing} runs of the grid are unfinished; the numbers below are of the runs "
                   "that finished.", ""]
-    if timings:
-        ok = [t for t in timings if t.get("rc") == 0]
+    ok = [t for t in timings if t.get("rc") == 0]
+    if ok:
         span = elapsed_s(timings)
-        lines += [f"The study ran {len(timings)} training runs, {sum(t['wall_s'] for t in ok) / 3600:.1f} run-hours in "
-                  f"all (each run {min(t['wall_s'] for t in ok):.0f}-{max(t['wall_s'] for t in ok):.0f} s of wall "
-                  "time, one torch thread)" + (f", {span / 3600:.1f} hours from the first start to the last end "
-                                              "(pauses between sessions included)" if span else "")
+        bad = len(timings) - len(ok)
+        lines += [f"The study ran {len(ok)} training runs to their end"
+                  + (f" ({bad} interrupted attempts were resumed from their checkpoints)" if bad else "")
+                  + f", {sum(t['wall_s'] for t in timings) / 3600:.1f} run-hours in all (each finished run "
+                  f"{min(t['wall_s'] for t in ok):.0f}-{max(t['wall_s'] for t in ok):.0f} s of wall time with one torch "
+                  "thread, on a machine shared with other jobs; a run paused from outside counts its pause)"
+                  + (f", {span / 3600:.1f} hours from the first start to the last end (pauses between sessions "
+                     "included)" if span else "")
                   + ". Re-running the command continues an interrupted study; finished runs are read, not rerun.", ""]
     lines += ["## Design", "",
               f"- **Grid.** {len(arms)} arms × {len(pts)} initial models (network seeds {', '.join(map(str, pts))}) × "
