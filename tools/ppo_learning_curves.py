@@ -95,6 +95,17 @@ def write_stamp(out_dir: Path, command: Sequence[str] | str, *, packages: Iterab
     return facts
 
 
+def fill(page: Path, name: str, body: str) -> None:
+    """Replace the block between ``<!-- plot_curves:NAME -->`` and ``<!-- /plot_curves:NAME -->`` in ``page``."""
+    start, end = f"<!-- plot_curves:{name} -->", f"<!-- /plot_curves:{name} -->"
+    text = page.read_text(encoding="utf-8")
+    if start not in text or end not in text:
+        raise SystemExit(f"{page} has no {start} ... {end} block")
+    head, rest = text.split(start, 1)
+    # blank lines around the body: Markdown would read lines glued to the comment as raw HTML
+    page.write_text(head + start + "\n\n" + body.strip() + "\n\n" + end + rest.split(end, 1)[1], encoding="utf-8")
+
+
 def copy_runs(runs: dict[str, dict[int, Path]], dest: Path) -> None:
     """Each run's metrics.jsonl (and config.json) to ``dest/<name>/seed<S>/``, the raw data beside the plot."""
     for name, by_seed in runs.items():

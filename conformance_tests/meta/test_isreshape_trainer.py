@@ -41,3 +41,25 @@ def test_trainer_three_updates_then_resume(tmp_path):
     assert cli(["--out", str(straight), "--updates", "5", *SMALL]) == 0
     same = [a["mean_reward"] == b["mean_reward"] for a, b in zip(_records(straight / "metrics.jsonl"), recs)]
     assert_that(all(same), "ISR-METRIC-1", same, "a resumed run replays the uninterrupted run exactly")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("PPO-LOSS-1")
+def test_the_decoupled_ppo_baseline_weights_by_pi_prox_over_mu_and_clips_around_pi_prox():
+    """At pi = pi_prox the decoupled loss's gradient in log pi is -(pi_prox / mu) A / n (the importance-weighted
+    policy gradient); a token already past 1 + eps of pi_prox with A > 0 gets none (clipped around pi_prox, not mu)."""
+    import torch
+
+    from reference_impl.isreshape.trainer import IsReshapeConfig, objective
+
+    cfg = IsReshapeConfig(loss="ppo-decoupled", clip_eps=0.2)
+    mu = torch.tensor([0.5, 0.1, 0.25], dtype=torch.float64)
+    prox = torch.tensor([0.2, 0.3, 0.25], dtype=torch.float64)
+    adv = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    lp = prox.log().clone().requires_grad_(True)
+    objective(cfg, lp, mu.log(), adv, torch.ones(3), prox.log()).backward()
+    want = -(prox / mu) * adv / 3  # d/dlogpi of -(1/n) sum (pi_prox/mu) (pi/pi_prox) A at pi = pi_prox
+    assert torch.allclose(lp.grad, want), (lp.grad, want)
+    past = (prox * 1.5).log().clone().requires_grad_(True)  # r = 1.5 > 1.2 on every token
+    objective(cfg, past, mu.log(), torch.ones(3, dtype=torch.float64), torch.ones(3), prox.log()).backward()
+    assert torch.equal(past.grad, torch.zeros(3, dtype=torch.float64))

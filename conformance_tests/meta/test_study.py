@@ -78,3 +78,10 @@ def test_the_sweep_keeps_the_rate_with_the_best_windowed_held_out_score(tmp_path
             (run / "metrics.jsonl").write_text("".join(json.dumps({"update": u, "heldout_acc": acc if u > 5 else 0.0})
                                                        + "\n" for u in range(10)))
     assert study.choose_lr(tmp_path, ["v4"], (1e-4, 3e-4, 1e-3), 100, (0, 1)) == {"v4": 3e-4}
+
+
+def test_too_few_pairs_make_no_claim():
+    one = {0: {0: 0.9}}  # one pair: its bootstrap "interval" is a point that excludes 0
+    assert an.paired_claim("v4", "ppo", "accuracy", one).startswith("too few paired runs (1, fewer than 5)")
+    five = {0: {s: 0.1 + 0.01 * s for s in range(5)}}
+    assert an.paired_claim("v4", "ppo", "accuracy", five).startswith("`v4` beats `ppo`")

@@ -4,7 +4,9 @@ Rollouts come from a stale, epsilon-mixed behaviour policy mu (refreshed every `
 updates, as in asynchronous RL), rewards are Bernoulli with a per-(context, token) success
 probability, advantages use the group mean as baseline, and each update takes ``epochs`` Adam steps
 on the batch. ``--loss`` picks the objective: ``v4`` (ISR-LOSS-1, the corrected loss), ``doc`` (the
-document's §9 code, zero gradient: it must not learn) or ``ppo`` (PPO-clip against mu, a baseline).
+document's §9 code, zero gradient: it must not learn), ``ppo`` (PPO-clip against mu, a baseline) or
+``ppo-decoupled`` (decoupled PPO, Hilton et al. 2021: clipped against the policy at the start of the update,
+the proximal policy, and corrected from mu by the weight pi_prox / mu: the fair baseline against a stale mu).
 Several comma-separated losses run one after the other into ``OUT/<loss>``; ``--plot`` then draws
 reward against update for all of them. ``rlconform train isreshape --updates N --out DIR``.
 
@@ -45,12 +47,13 @@ from reference_impl.ppo.losses import (
 )
 
 DEFAULTS = defaults()  # ISR-DEFAULT-*
-LOSSES = ("v4", "doc", "ppo")
+LOSSES = ("v4", "doc", "ppo", "ppo-decoupled")
 
 
 @dataclass
 class IsReshapeConfig:
-    loss: str = arg("v4", "objective: v4 (corrected IS Reshape loss), doc (the document's zero-gradient code), ppo")
+    loss: str = arg("v4", "objective: v4 (corrected IS Reshape loss), doc (the document's zero-gradient code), ppo "
+                          "(clipped against mu), ppo-decoupled (clipped against the proximal policy)")
     seed: int = arg(0, "seed of the policy init, the sampling and the rewards")
     env_seed: int = arg(1234, "seed of the bandit's success probabilities (fixed across losses)")
     device: str = arg("cpu", "torch device of the table, the sampling and the update (cuda: cuda:LOCAL_RANK per process)")
@@ -109,13 +112,21 @@ def behaviour_probs(logits: torch.Tensor, eps: float) -> torch.Tensor:
     return (1.0 - eps) * probs + eps / probs.shape[-1]
 
 
-def objective(cfg: IsReshapeConfig, log_prob, ref_log_prob, adv, mask) -> torch.Tensor:
-    """The scalar loss of the chosen ``cfg.loss`` on one batch (all three see the same mu and A)."""
+def objective(cfg: IsReshapeConfig, log_prob, ref_log_prob, adv, mask, prox_log_prob=None) -> torch.Tensor:
+    """The scalar loss of the chosen ``cfg.loss`` on one batch (all see the same mu and A).
+
+    ``prox_log_prob``: log pi_prox, the policy before this update's first step (detached), for ``ppo-decoupled``.
+    """
     hp = dict(tau=cfg.tau, beta=cfg.beta, gamma_min=cfg.gamma_min, gamma_max=cfg.gamma_max)
     if cfg.loss == "v4":
         return policy_loss(log_prob, ref_log_prob, adv, mask, **hp)  # ISR-LOSS-1, ISR-LOSS-2
     if cfg.loss == "doc":
         return document_policy_loss(log_prob, ref_log_prob, adv, mask, **hp)  # ISR-LOSS-1 errata: zero gradient
+    if cfg.loss == "ppo-decoupled":
+        # -E_mu[(pi_prox/mu) min(r A, clip(r) A)] with r = pi/pi_prox; a detached weight >= 0 moves inside min
+        behaviour = importance_ratio(prox_log_prob, ref_log_prob).detach()  # pi_prox / mu (ISR-RATIO-1's form)
+        r = importance_ratio(log_prob, prox_log_prob)  # pi / pi_prox: the trust region is around the proximal policy
+        return clipped_policy_loss(r, behaviour * adv, clip_eps=cfg.clip_eps)  # PPO-LOSS-1 on the corrected advantage
     r = importance_ratio(log_prob, ref_log_prob)  # ISR-RATIO-1 (differentiable here)
     return clipped_policy_loss(r, adv, clip_eps=cfg.clip_eps)
 
@@ -158,9 +169,13 @@ def train(cfg: IsReshapeConfig, *, out: str | Path, updates: int, resume: bool =
             adv = (group - group.mean(-1, keepdim=True)).reshape(-1)  # group-mean baseline
             ref_lp = torch.log(mu[ctx, tok])  # log mu of the behaviour policy
             mask = torch.ones_like(reward)
+            prox_lp = None
+            if cfg.loss == "ppo-decoupled":
+                with torch.no_grad():
+                    prox_lp = policy(ctx).gather(-1, tok[:, None]).squeeze(-1)  # pi_prox: the policy now
             for _ in range(cfg.epochs):
                 lp = policy(ctx).gather(-1, tok[:, None]).squeeze(-1)
-                loss = objective(cfg, lp, ref_lp, adv, mask)
+                loss = objective(cfg, lp, ref_lp, adv, mask, prox_lp)
                 opt.zero_grad(set_to_none=True)
                 if loss.requires_grad:  # the document's loss has no graph at all
                     loss.backward()

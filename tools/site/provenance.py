@@ -18,7 +18,7 @@ STAMPED_DIRS = ("results/", "audits/", "performance/", "mutation/")
 REGENERATE = {
     "results/ppo/": "python tools/ppo_learning_curves.py --seeds 0,1,2",
     "results/isreshape/lm": "rlconform study isreshape-lm --out DIR --publish docs/results/isreshape/lm... (see the page)",
-    "results/isreshape/": "python docs/results/isreshape/plot_curves.py --train --seeds 0,1,2",
+    "results/isreshape/": "python docs/results/isreshape/plot_curves.py --train",
     "results/ccapo/textworld/": "python -m reference_impl.ccapo.textworld.plot RUNS --out docs/results/ccapo/textworld",
     "results/ccapo/": "python docs/results/ccapo/plot_curves.py --train --seeds 0,1,2",
     "results/sac/": "python docs/results/sac/build.py SUITE CEILING.jsonl REEVAL.jsonl SUPERVISED.jsonl EXTRA "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "tools"))
-from ppo_learning_curves import SEED_COLORS, copy_runs, hline, legend_below, nanmean, plt, read_jsonl, save, seed_band, write_stamp  # noqa: E402
+from ppo_learning_curves import SEED_COLORS, copy_runs, fill, hline, legend_below, nanmean, plt, read_jsonl, save, seed_band, write_stamp  # noqa: E402
 
 SETTINGS = {"uniform": ("uniform layouts", []), "prior": ("layouts with a shared regularity (prior 0.8)",
                                                           ["--layout-prior", "0.8"])}
@@ -89,17 +89,6 @@ def table(by_variant: dict[str, list[list[dict]]], seeds: list[int], rand: tuple
         lines.append(f"| {VARIANTS[variant][0]} | {first:.3f} | {statistics.fmean(last):.3f} | "
                      + " / ".join(f"{x:.3f}" for x in last) + f" | {steps:.1f} | {rt:.2f} |")
     return "\n".join(lines)
-
-
-def fill(page: Path, name: str, body: str) -> None:
-    """Replace the block between ``<!-- plot_curves:NAME -->`` and ``<!-- /plot_curves:NAME -->`` in ``page``."""
-    start, end = f"<!-- plot_curves:{name} -->", f"<!-- /plot_curves:{name} -->"
-    text = page.read_text(encoding="utf-8")
-    if start not in text or end not in text:
-        raise SystemExit(f"{page} has no {start} ... {end} block")
-    head, rest = text.split(start, 1)
-    # blank lines around the body: Markdown would read lines glued to the comment as raw HTML
-    page.write_text(head + start + "\n\n" + body.strip() + "\n\n" + end + rest.split(end, 1)[1], encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

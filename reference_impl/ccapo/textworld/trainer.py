@@ -79,7 +79,8 @@ class Config:
     v_rate: float = DEFAULTS["v_rate"]  # V-bar moving-average rate (CCAPO-DEFAULT-4)
     gigpo_gamma: float = 0.95  # GiGPO step-return discount (gigpo arm only)
     gigpo_omega: float = 1.0  # GiGPO step-advantage weight (gigpo arm only)
-    seed: int = 0  # seeds game choice, sampling and initialisation (not the games themselves)
+    seed: int = 0  # seeds game choice and sampling (not the games themselves), and the initialisation unless init_seed
+    init_seed: int | None = None  # seeds the network initialisation only (the "initial model"); None: seed
     device: str = "cpu"  # torch device of the policy, the sampling and the advantages
     dtype: str = "float32"  # dtype of the policy and the update (float32, float64, bfloat16)
     checkpoint_every: int = 10  # updates between checkpoints (the last update is always saved)
@@ -239,6 +240,29 @@ def evaluate(policy, tok, envs, store, cfg: Config, update: int, device) -> dict
     return host_floats(stats)
 
 
+def initial_policy(cfg: Config, device) -> TextPolicy:
+    """The policy as initialised by ``cfg.init_seed`` (``cfg.seed`` when None), whatever RL seed the run has.
+
+    With an ``init_seed`` the weights are drawn inside a forked RNG, so the initial model and the RL seed's
+    draws (game choice, sampling, evaluation) vary independently; None keeps the old single-seed runs.
+    """
+    if cfg.init_seed is None:
+        return TextPolicy(cfg.vocab, cfg.embed, cfg.hidden).to(device, resolve_dtype(cfg.dtype))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed)
+        policy = TextPolicy(cfg.vocab, cfg.embed, cfg.hidden)
+    return policy.to(device, resolve_dtype(cfg.dtype))
+
+
+def run_identity(cfg: Config) -> dict:
+    """The config a resume must match: no horizon and no device (``--resume --updates N`` may extend a run,
+    elsewhere); no ``init_seed`` when unset, so runs made before it existed still resume."""
+    ident = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("updates", "device")}
+    if ident["init_seed"] is None:
+        del ident["init_seed"]
+    return ident
+
+
 def _cpu(state):
     """A state dict with every tensor on the CPU, so a checkpoint loads on any machine."""
     return {k: _cpu(v) if isinstance(v, dict) else v.cpu() if isinstance(v, torch.Tensor) else v
@@ -249,9 +273,7 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
     device = torch.device(cfg.device)
     if device.type == "cpu":
         torch.set_num_threads(1)  # small matrices: thread hand-offs cost more than they save
-    # the run's identity leaves out the horizon and the device: `--resume --updates N` may extend a run, elsewhere
-    ident = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("updates", "device")}
-    run = RunDir(out, family="ccapo-textworld", config=ident, resume=resume)
+    run = RunDir(out, family="ccapo-textworld", config=run_identity(cfg), resume=resume)
     seed_everything(cfg.seed)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     pick = torch.Generator().manual_seed(cfg.seed)  # which games each update plays
@@ -261,7 +283,7 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
     pool: dict[int, list[TextWorldEnv]] = {}
     heldout = [TextWorldEnv(p, cfg.max_steps) for p in heldout_paths]
     tok = Tokenizer(cfg.vocab, cfg.max_tokens)
-    policy = TextPolicy(cfg.vocab, cfg.embed, cfg.hidden).to(device, resolve_dtype(cfg.dtype))
+    policy = initial_policy(cfg, device)
     ref = copy.deepcopy(policy).requires_grad_(False)  # pi_ref: the initial policy (CCAPO-PPO-2)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     store = sqlite_store(run.path / "stdb.sqlite", v_rate=cfg.v_rate, **score_params())
@@ -321,7 +343,7 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0", help="comma-separated training seeds")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes, one torch thread each)")
     for f in dataclasses.fields(Config):
-        if f.name in ("arm", "seed", "beta"):
+        if f.name in ("arm", "seed", "beta", "init_seed"):
             continue
         flag = "--" + f.name.replace("_", "-")
         if f.type in (bool, "bool"):
@@ -329,6 +351,8 @@ def cli(argv: list[str] | None = None) -> int:
         else:
             p.add_argument(flag, type=type(f.default), default=f.default)
     p.add_argument("--beta", type=float, default=None, help="override the micro-stream weight of every arm")
+    p.add_argument("--init-seed", type=int, default=None,
+                   help="seed of the network initialisation only (default: each run's --seeds value)")
     a = vars(p.parse_args(argv))
     arms, seeds = a.pop("arms").split(","), [int(s) for s in a.pop("seeds").split(",")]
     out, resume, jobs = Path(a.pop("out")), a.pop("resume"), a.pop("jobs")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import shlex
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from rlconform.cli._common import UsageError, writable_dir
 
 # Results studies: ``rlconform study NAME`` runs ``module.run`` then ``module.publish``.
-STUDIES = {"isreshape-lm": "rlconform.study.isreshape_lm"}
+STUDIES = {"isreshape-lm": "rlconform.study.isreshape_lm", "ccapo-textworld": "rlconform.study.ccapo_textworld"}
 
 
 
@@ -23,7 +24,9 @@ def add_parser(sub) -> None:
     st.add_argument("--publish", default=None, help="write the page, plot and raw logs into this directory")
     st.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
     st.add_argument("--device", default="cpu", help="torch device of every run (default cpu)")
-    st.add_argument("--variant", default="tiny", help="model size of the study (isreshape-lm: tiny, large)")
+    st.add_argument("--variant", default=None,
+                    help="the study's variant (isreshape-lm: tiny, large; ccapo-textworld: single, multiroom); "
+                         "default: its first")
     st.add_argument("--lr-from", default=None, help="skip the sweep: each arm's learning rate from this chosen_lr.json")
     st.add_argument("--arms", default=None, help="comma-separated arms (default: all)")
     st.add_argument("--seeds", type=int, default=None, help="RL seeds 0..N-1 (default: the study's)")
@@ -33,12 +36,15 @@ def add_parser(sub) -> None:
 def run(args, rest) -> int:
     mod = importlib.import_module(STUDIES[args.name])
     kw = {"updates": args.updates} if args.updates else {}
+    variant = args.variant or next(iter(mod.VARIANTS))  # a study's first variant is its default
     bad = ([f"--parallel {args.parallel} must be at least 1"] if args.parallel < 1 else []) + \
-          ([f"--variant {args.variant}: choose from {', '.join(mod.VARIANTS)}"] if args.variant not in mod.VARIANTS else [])
+          ([f"--variant {variant}: choose from {', '.join(mod.VARIANTS)}"] if variant not in mod.VARIANTS else []) + \
+          ([f"--lr-from: the {args.name} study has no learning-rate sweep"] if args.lr_from and not hasattr(mod, "choose_lr")
+           else [])
     arms = tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else mod.ARMS
     bad += [f"--arms: unknown arm {a!r} (choose from {', '.join(mod.ARMS)})" for a in arms if a not in mod.ARMS]
     chosen = None
-    if args.lr_from:
+    if args.lr_from and hasattr(mod, "choose_lr"):
         try:
             chosen = json.loads(Path(args.lr_from).read_text())
         except (OSError, ValueError) as e:
@@ -48,7 +54,7 @@ def run(args, rest) -> int:
                     if not isinstance(chosen, dict) or not isinstance(chosen.get(a), (int, float)) or chosen[a] <= 0]
     if bad:
         raise UsageError("\n".join(bad))
-    grid = {"arms": arms, "device": args.device, "variant": args.variant,
+    grid = {"arms": arms, "device": args.device, "variant": variant,
             **({"seeds": tuple(range(args.seeds))} if args.seeds else {}),
             **({"pretrains": tuple(range(args.pretrain_seeds))} if args.pretrain_seeds else {}),
             **({"chosen": chosen} if chosen is not None else {})}
@@ -61,6 +67,8 @@ def run(args, rest) -> int:
         (Path(args.out) / "command.txt").write_text("rlconform " + shlex.join(argv) + "\n")
         mod.run(Path(args.out), parallel=args.parallel, **kw, **grid)
     if args.publish:
+        if "variant" in inspect.signature(mod.publish).parameters:  # a study whose variants are separate pages
+            kw["variant"] = variant
         print(mod.publish(Path(args.out), Path(args.publish), **kw))
     return 0
 

@@ -95,3 +95,36 @@ def claim(a: str, b: str, metric: str, mean: float, lo: float, hi: float, *, hig
         better = (lo > 0) == higher_is_better
         return f"`{a}` {'beats' if better else 'is worse than'} `{b}` on {metric} {span}"
     return f"this study cannot tell `{a}` and `{b}` apart on {metric} {span}"
+
+
+Scores = dict  # (initial model, arm, RL seed) -> one run's score
+
+
+def by_model(scores: Scores, arm: str) -> dict[int, dict[int, float]]:
+    """One arm's scores as ``{initial model: {seed: score}}``, the shape :func:`paired_bootstrap` resamples
+    (a level is bootstrapped the same two-level way as a difference)."""
+    out: dict[int, dict[int, float]] = {}
+    for (p, a, s), v in scores.items():
+        if a == arm:
+            out.setdefault(p, {})[s] = v
+    return out
+
+
+def paired_differences(scores: Scores, arm: str, baseline: str) -> dict[int, dict[int, float]]:
+    """``{initial model: {seed: score(arm) - score(baseline)}}`` over the (model, seed) pairs where both ran:
+    an unpaired run counts in its arm's level, never in a difference."""
+    mine, base = by_model(scores, arm), by_model(scores, baseline)
+    return {p: {s: v - base[p][s] for s, v in seeds.items() if s in base.get(p, {})} for p, seeds in mine.items()}
+
+
+MIN_PAIRS = 5  # fewer paired runs than this make a bootstrap interval too narrow to carry a claim
+
+
+def paired_claim(a: str, b: str, metric: str, diffs: dict[int, dict[int, float]], *,
+                 higher_is_better: bool = True) -> str:
+    """:func:`claim` from the paired interval of ``diffs``; with fewer than ``MIN_PAIRS`` pairs, the sentence
+    says so instead (a percentile bootstrap of one or two pairs is a point, not an interval)."""
+    n = sum(1 for g in diffs.values() for v in g.values() if not math.isnan(v))
+    if n < MIN_PAIRS:
+        return f"too few paired runs ({n}, fewer than {MIN_PAIRS}) to compare `{a}` with `{b}` on {metric}"
+    return claim(a, b, metric, *paired_bootstrap(diffs), higher_is_better=higher_is_better)

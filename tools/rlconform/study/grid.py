@@ -28,6 +28,11 @@ class Job:
     updates: int
 
 
+def flags(d: dict) -> tuple[str, ...]:
+    """``{"eval_every": 5}`` -> ``("--eval-every", "5")``: config fields as a trainer's command-line flags."""
+    return tuple(x for k, v in d.items() for x in (f"--{k.replace('_', '-')}", str(v)))
+
+
 def updates_done(run_dir: Path) -> int:
     """Updates logged in ``run_dir/metrics.jsonl`` (0 when the run never started)."""
     path = Path(run_dir) / "metrics.jsonl"
@@ -49,7 +54,7 @@ def _run(job: Job, threads: int, log_dir: Path) -> dict:
     with log.open("w") as f:
         rc = subprocess.run([sys.executable, "-m", "rlconform.cli", "train", job.trainer, *job.argv],
                             stdout=f, stderr=subprocess.STDOUT, env=env).returncode
-    return {"key": list(job.key), "rc": rc, "wall_s": round(time.time() - t0, 1), "log": str(log),
+    return {"key": list(job.key), "rc": rc, "start": round(t0), "wall_s": round(time.time() - t0, 1), "log": str(log),
             "updates": updates_done(job.run_dir)}
 
 
@@ -70,3 +75,38 @@ def run_grid(jobs: list[Job], out: Path, *, parallel: int, threads: int = 1, ech
             echo(f"[{i}/{len(todo)}] {'/'.join(map(str, rec['key']))}: {rec['updates']} updates, "
                  f"{rec['wall_s']:.0f} s, {status}")
     return records
+
+
+def read_timings(out: Path) -> list[dict]:
+    """The records of ``out/timings.jsonl``, one per run that ran (a resumed run has one per attempt)."""
+    path = Path(out) / "timings.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def elapsed_s(timings: list[dict]) -> float | None:
+    """Wall-clock span from the first run's start to the last run's end (None when runs lack a start time,
+    as records written before starts were kept do); interruptions between sessions are counted in."""
+    spans = [(t["start"], t["start"] + t["wall_s"]) for t in timings if "start" in t]
+    if not spans:
+        return None
+    return max(e for _, e in spans) - min(s for s, _ in spans)
+
+
+def write_archive(root: Path, files: list[Path], path: Path) -> None:
+    """``files`` (paths under ``root``) as a tar.gz whose bytes depend on their contents only (no times,
+    owners or modes): re-publishing the same study leaves the tree clean."""
+    import gzip
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for f in files:
+            data = Path(f).read_bytes()
+            info = tarfile.TarInfo(str(Path(f).relative_to(root)))
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        gz.write(buf.getvalue())

@@ -16,7 +16,7 @@ import json
 import math
 from pathlib import Path
 
-from rlconform.study.grid import Job, run_grid
+from rlconform.study.grid import Job, flags as _flags, read_timings, run_grid, write_archive
 
 ARMS = ("v4", "ppo", "sapo", "is", "sft")
 BASELINE = "ppo"  # the clipped objective every reshaped loss is set against
@@ -28,10 +28,6 @@ UPDATES = 150
 TASK = {"max_operand": 14, "pretrain_steps": 300}
 # model sizes: the published tiny Llama (132k parameters, CPU) and a larger one for a GPU (4.2M parameters)
 VARIANTS = {"tiny": {}, "large": {"hidden": 256, "layers": 4, "heads": 8}}
-
-
-def _flags(d: dict) -> tuple[str, ...]:
-    return tuple(x for k, v in d.items() for x in (f"--{k.replace('_', '-')}", str(v)))
 
 
 def root(out: Path, pretrain: int, lr: float) -> Path:
@@ -199,8 +195,7 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
     lines = [f"# IS Reshape v4 on a causal language model ({'larger model, ' if cfg.get('hidden', 64) > 64 else ''}"
              f"{device.upper() if device != 'cpu' else 'CPU'}, {rates})", "",
              "```", command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}", "```", ""]
-    timings = [json.loads(ln) for ln in (out / "timings.jsonl").read_text().splitlines() if ln.strip()] \
-        if (out / "timings.jsonl").exists() else []
+    timings = read_timings(out)
     if timings:
         cpu_s = sum(t["wall_s"] for t in timings if t.get("rc") == 0)
         phases = " (the sweep and the main grid)" if _sweep_table(out, arms) else ""
@@ -307,52 +302,14 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
 
 
 def _write_runs_archive(out: Path, path: Path) -> None:
-    """Every run's metrics.jsonl and config.json, with the study's chosen rates and timings, as a tar.gz
-    whose bytes depend on the files only (no times, owners or modes): re-publishing the same study leaves
-    the tree clean."""
-    import gzip
-    import io
-    import tarfile
-
+    """Every run's metrics.jsonl and config.json, with the study's chosen rates and timings."""
     files = [p for p in sorted(out.glob("pt*/lr*/*/seed*/*")) if p.name in ("metrics.jsonl", "config.json")]
     files += [out / n for n in ("chosen_lr.json", "timings.jsonl") if (out / n).exists()]
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for f in files:
-            data = f.read_bytes()
-            info = tarfile.TarInfo(str(f.relative_to(out)))
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(buf.getvalue())
+    write_archive(out, files, path)
 
 
 def _plot(runs, arms, path: Path) -> None:
-    import matplotlib
+    from rlconform.study.plots import arm_curves
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from rlconform.study.analysis import series
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for arm in arms:
-        for ax, key in zip(axes, ("reward", "heldout_acc")):
-            curves = [dict(series(recs, key)) for (p, a, s), recs in runs.items() if a == arm]
-            xs = sorted(set().union(*curves))
-            ys = np.array([[c.get(x, np.nan) for x in xs] for c in curves])
-            if key == "reward":  # a 5-update trailing mean: the batch reward of one update is noisy
-                k = 5
-                ys = np.array([np.convolve(y, np.ones(k) / k, mode="valid") for y in ys])
-                xs = xs[k - 1:]
-            mean = np.nanmean(ys, axis=0)
-            lo, hi = np.nanpercentile(ys, 10, axis=0), np.nanpercentile(ys, 90, axis=0)
-            (line,) = ax.plot(xs, mean, label=f"{arm} ({len(curves)} runs)")
-            ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
-    axes[0].set(title="batch reward (5-update mean; band: 10-90% of runs)", xlabel="update", ylabel="reward")
-    axes[1].set(title="held-out greedy accuracy (band: 10-90% of runs)", xlabel="update", ylabel="accuracy")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    arm_curves(runs, arms, [("reward", "batch reward (5-update mean; band: 10-90% of runs)", "reward", 5),
+                            ("heldout_acc", "held-out greedy accuracy (band: 10-90% of runs)", "accuracy", 1)], path)

@@ -1,0 +1,188 @@
+"""Meta-tests of the CCAPO TextWorld study (tools/rlconform/study/ccapo_textworld.py): pairing, the initial
+model apart from the RL seed, resumability, and a page whose claims come from the intervals. No game is played."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from rlconform.study import ccapo_textworld as st
+
+pytestmark = pytest.mark.meta
+
+
+def _opt(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_runs_of_one_initial_model_and_seed_differ_across_arms_only_in_the_arm(tmp_path):
+    jobs = st.jobs(tmp_path, "single", st.ARMS, (0, 1, 2), (0, 1, 2, 3, 4), 50)
+    grid = [j for j in jobs if "repeat" not in j.key]
+    assert len(grid) == 4 * 3 * 5 and len(jobs) == len(grid) + 1
+    assert len({j.run_dir for j in jobs}) == len(jobs)  # no two runs share a directory
+    blocks: dict[tuple, list] = {}
+    for j in grid:
+        blocks.setdefault((_opt(j.argv, "--init-seed"), _opt(j.argv, "--seeds")), []).append(j)
+    assert len(blocks) == 15 and all(len(b) == 4 for b in blocks.values())
+    arm_flags = ("--arms", "--gigpo-omega", "--out")
+    for block in blocks.values():
+        shared = {tuple(x for i, x in enumerate(j.argv) if not any(j.argv[i - k] in arm_flags for k in (0, 1)))
+                  for j in block}
+        assert len(shared) == 1, f"runs of one pair differ beyond the arm: {shared}"
+    by_arm = {j.key[-2]: j.argv for j in grid[:4]}
+    assert [_opt(by_arm[a], "--arms") for a in st.ARMS] == ["ccapo", "grpo", "gigpo", "gigpo"]
+    assert [_opt(by_arm[a], "--gigpo-omega") for a in st.ARMS] == [None, None, "0.5", "1.0"]
+    # seed-major: an interrupted study holds whole blocks of every arm
+    assert {(_opt(j.argv, "--init-seed"), _opt(j.argv, "--seeds")) for j in grid[:12]} == {(i, "0") for i in "012"}
+
+
+def test_a_multiroom_run_has_six_rooms_and_a_long_horizon(tmp_path):
+    argv = st.jobs(tmp_path, "multiroom", ("ccapo",), (0,), (0,), 100)[0].argv
+    assert _opt(argv, "--go") == "6" and int(_opt(argv, "--max-steps")) >= 30
+
+
+def test_the_initial_model_depends_on_init_seed_alone_and_leaves_the_rl_draws_alone():
+    import torch
+
+    from reference_impl.ccapo.textworld.trainer import Config, initial_policy, run_identity
+
+    def weights(**kw):
+        return torch.cat([p.detach().flatten() for p in initial_policy(Config(**kw), "cpu").parameters()])
+
+    assert torch.equal(weights(seed=0, init_seed=3), weights(seed=7, init_seed=3))
+    assert not torch.equal(weights(seed=0, init_seed=3), weights(seed=0, init_seed=4))
+    torch.manual_seed(3)  # what train() does (seed_everything) before it builds the policy
+    assert torch.equal(weights(seed=3), weights(seed=0, init_seed=3))  # unset: the RL seed, as before
+    torch.manual_seed(11)
+    weights(seed=11, init_seed=5)
+    after = torch.rand(4)
+    torch.manual_seed(11)
+    assert torch.equal(after, torch.rand(4)), "drawing the initial model moved the RL seed's random stream"
+    assert "init_seed" not in run_identity(Config(seed=1)), "old runs (no init_seed) would no longer resume"
+    assert run_identity(Config(seed=1, init_seed=2))["init_seed"] == 2
+
+
+def test_the_trainer_takes_init_seed_on_its_command_line(capsys):
+    from reference_impl.ccapo.textworld.trainer import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli(["--help"])
+    assert e.value.code == 0 and "--init-seed" in capsys.readouterr().out
+
+
+def test_a_finished_run_is_skipped_and_an_interrupted_one_continues(tmp_path):
+    grid = {"arms": ["ccapo", "grpo"], "pretrains": [0], "seeds": [0], "updates": 10}
+    jobs = st.jobs(tmp_path, "single", grid["arms"], grid["pretrains"], grid["seeds"], grid["updates"])
+    assert all("--resume" in j.argv for j in jobs)  # a killed run restarts from its checkpoint
+    _write_run(jobs[0].run_dir, 10, lambda u: 0.5)
+    _write_run(jobs[1].run_dir, 6, lambda u: 0.5)  # stopped at update 6 of 10
+    assert st.missing_runs(tmp_path / "single", grid) == ["single/init0/grpo/seed0", "single/repeat/init0/ccapo/seed0"]
+
+
+def test_pairs_whose_logs_agree_are_counted():
+    same = [{"update": 0, "success_rate": 0.0}]
+    runs = {(0, "ccapo", 0): same, (0, "grpo", 0): list(same), (0, "ccapo", 1): same,
+            (0, "grpo", 1): [{"update": 0, "success_rate": 0.5}], (1, "ccapo", 0): same}  # the last has no pair
+    assert st.identical_pairs(runs, "ccapo", "grpo") == (1, 2)
+
+
+def test_records_flatten_by_split():
+    recs = [{"update": 4, "split": "train", "success_rate": 0.25, "time": 1.0, "arm": "ccapo"},
+            {"update": 4, "split": "heldout", "success_rate": 0.5, "mean_steps": 7.0}]
+    assert st.flat(recs) == [{"update": 4, "success_rate": 0.25, "heldout_success_rate": 0.5, "heldout_mean_steps": 7.0}]
+
+
+def test_a_run_that_learns_to_lose_fast_counts_as_collapsed_and_a_slow_loser_does_not():
+    fast = [{"update": u, "success_rate": 0.0, "mean_steps": 2.0, "loss": 0.1} for u in range(10)]
+    slow = [{**r, "mean_steps": 20.0} for r in fast]
+    assert st.run_scores(fast, 20)["collapsed"] and not st.run_scores(slow, 20)["collapsed"]
+    assert st.run_scores([*fast[:9], {**fast[9], "loss": math.nan}], 20)["diverged"]
+
+
+# ----------------------------------------------------------------------------- a synthetic study
+UPDATES = 10  # held-out evaluations after updates 4 and 9; the window (last 20%) holds the second only
+
+
+def _write_run(run_dir: Path, n: int, heldout, *, collapsed: bool = False, kl_spike_at: int = -1) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for u in range(n):
+        lines.append({"update": u, "split": "train", "success_rate": 0.0 if collapsed else 0.5,
+                      "mean_steps": 2.0 if collapsed else 8.0, "kl_ref": 9.0 if u == kl_spike_at else 0.01, "loss": 0.1})
+        if (u + 1) % 5 == 0:
+            lines.append({"update": u, "split": "heldout", "success_rate": heldout(u), "mean_steps": 8.0})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (run_dir / "config.json").write_text("{}")
+
+
+def _study(out: Path) -> None:
+    """ccapo 0.2 above grpo in every pair; gigpo-w0.5 +-0.1 alternating; gigpo-w1 0.1 below; one grpo run
+    collapsed, one KL spike at update 7."""
+    shift = {"ccapo": lambda p, s: 0.2, "grpo": lambda p, s: 0.0,
+             "gigpo-w0.5": lambda p, s: 0.1 * (-1) ** (s + p), "gigpo-w1": lambda p, s: -0.1}
+    pretrains, seeds = (0, 1, 2), (0, 1, 2, 3, 4)
+    for p in pretrains:
+        for s in seeds:
+            base = 0.4 + 0.02 * s + 0.05 * p
+            for arm in st.ARMS:
+                _write_run(st.run_dir(out, "single", p, arm, s), UPDATES, lambda u, v=base + shift[arm](p, s): v,
+                           collapsed=(arm, p, s) == ("grpo", 1, 2), kl_spike_at=7 if (arm, p, s) == ("ccapo", 2, 3) else -1)
+    p, arm, s = st.REPEAT
+    _write_run(out / "single" / "repeat" / f"init{p}" / arm / f"{arm}-s{s}", UPDATES, lambda u: 0.4 + 0.2)
+    (out / "single" / "grid.json").write_text(json.dumps({"arms": list(st.ARMS), "pretrains": list(pretrains),
+                                                          "seeds": list(seeds), "updates": UPDATES}))
+    (out / "single" / "random_policy.json").write_text(json.dumps(
+        {"games": 8, "episodes": 80, "max_steps": 20, "success": 0.05, "win_steps": [9] * 4, "walkthrough_steps": [3, 4, 5]}))
+    (out / "single" / "timings.jsonl").write_text("".join(
+        json.dumps({"key": ["k", str(i)], "rc": 0 if i else -15, "start": 1000 + 100 * i, "wall_s": 90.0 if i else 5.0})
+        + "\n" for i in range(61)))  # the first attempt was interrupted
+
+
+def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_path, monkeypatch):
+    import functools
+
+    from rlconform.study import analysis as an
+
+    monkeypatch.setattr(an, "paired_bootstrap", functools.partial(an.paired_bootstrap, reps=1000))  # a fast page
+    _study(tmp_path / "s")
+    dest = tmp_path / "page"
+    st.publish(tmp_path / "s", dest)
+    page = (dest / "results.md").read_text()
+    assert "`ccapo` beats `grpo` on held-out success (last 20%) (paired difference +0.200" in page
+    assert "this study cannot tell `gigpo-w0.5` and `grpo` apart on held-out success (last 20%)" in page
+    assert "`gigpo-w1` is worse than `grpo` on held-out success (last 20%)" in page
+    assert "| `grpo` | 15 |" in page and "| 1 of 15 |" in page  # shown, not dropped
+    assert "- `grpo`, initial model 1, seed 2: training success 0.00" in page
+    assert "| `ccapo` | 9 | 7 (model 2, seed 3) |" in page  # the spike with its update
+    assert "1.7 hours from the first start to the last end" in page  # 61 starts 100 s apart, the last 90 s long
+    assert "ran 60 training runs to their end (1 interrupted attempts were resumed" in page
+    assert "the two logs are identical" in page
+    assert "In 0 of 15 pairs the `ccapo` and `grpo` runs are identical" in page
+    assert "take 3-5 commands; a uniform random policy over the same choices wins 5.0% of 80 episodes" in page
+    for f in ("curves.png", "runs.tar.gz", "summary.csv"):
+        assert (dest / f).stat().st_size > 0
+    prov = json.loads((dest / "provenance.json").read_text())
+    assert prov["commit"] and "rlconform study ccapo-textworld" in prov["study_command"]
+    assert prov["command"].endswith(f"--variant single --no-run --publish {dest}")
+
+
+def test_an_unfinished_study_is_not_published(tmp_path):
+    _study(tmp_path / "s")
+    (st.run_dir(tmp_path / "s", "single", 2, "gigpo-w1", 4) / "metrics.jsonl").unlink()
+    with pytest.raises(RuntimeError, match="1 runs unfinished"):
+        st.publish(tmp_path / "s", tmp_path / "page")
+    assert not (tmp_path / "page").exists()
+
+
+def test_the_study_command_rejects_what_this_study_does_not_have_before_any_run(tmp_path, capsys):
+    from rlconform import cli
+
+    base = ["study", "ccapo-textworld", "--out", str(tmp_path / "s")]
+    assert cli.main([*base, "--lr-from", str(tmp_path / "lr.json")]) == 2
+    assert cli.main([*base, "--variant", "tiny"]) == 2
+    assert cli.main([*base, "--arms", "ccapo,ppo"]) == 2
+    err = capsys.readouterr().err
+    assert "has no learning-rate sweep" in err and "--variant tiny: choose from single, multiroom" in err
+    assert "unknown arm 'ppo'" in err and not (tmp_path / "s").exists()

@@ -1,0 +1,382 @@
+"""The CCAPO TextWorld study: CCAPO, GRPO and GiGPO (step weight 0.5 and 1) x 5 RL seeds x 3 initial models.
+
+One command, ``rlconform study ccapo-textworld --out DIR [--variant multiroom]``:
+
+- **Pairs.** Runs of one (initial model I, RL seed S) share the network's initial weights (``--init-seed I``),
+  the training games of every update and the evaluation draws (``--seeds S``) across arms, so each arm is
+  compared with ``BASELINE`` run by run. The arms differ only in the advantage they train on; their draws
+  part as soon as their policies do.
+- **GiGPO's step weight.** GiGPO's step term runs at omega 0.5, CCAPO's micro weight (CCAPO-DEFAULT-3), and
+  at omega 1, the trainer's default and the earlier single-seed page's setting; both are reported.
+- **Repeat.** One configuration runs twice (``repeat/``), so the page states the run-to-run spread of a
+  re-run on this machine instead of assuming it is zero.
+
+Layout: ``DIR/<variant>/init<I>/<arm>/<trainer arm>-s<S>/metrics.jsonl``; games are generated once into
+``DIR/games`` (deterministic by seed); ``DIR/<variant>/grid.json`` records the grid the page is checked against.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from rlconform.study.grid import Job, flags, read_timings, run_grid
+
+ARMS = ("ccapo", "grpo", "gigpo-w0.5", "gigpo-w1")
+BASELINE = "grpo"  # CCAPO with beta = 0: the same code without the micro stream
+# study arm -> (the trainer's --arms value, the Config fields the arm sets)
+ARM_CONFIG = {"ccapo": ("ccapo", {}), "grpo": ("grpo", {}),
+              "gigpo-w0.5": ("gigpo", {"gigpo_omega": 0.5}), "gigpo-w1": ("gigpo", {"gigpo_omega": 1.0})}
+PRETRAIN_SEEDS, SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)  # initial models (init_seed) x RL seeds
+REPEAT = (0, "ccapo", 0)  # (initial model, arm, seed) run a second time to measure the run-to-run spread
+# evaluation every 5 updates, so the last 20% of a 50-update run holds two held-out evaluations (64 episodes)
+EVAL = {"eval_every": 5, "heldout_games": 16, "eval_episodes": 2}
+# single: the published setting (one kitchen, 20-command horizon; walkthroughs of 3 commands); multiroom: 6 rooms,
+# 40-command horizon (walkthroughs of 3-6 commands; a uniform random policy wins 3.75% of 80 episodes, in 10-35
+# commands; with --recipe 2 --take 2 or --go 9 it won none of 60 within 50, too cold a start for group advantages)
+VARIANTS = {"single": {"updates": 50, "task": {}},
+            "multiroom": {"updates": 100, "task": {"go": 6, "max_steps": 40}}}
+# a run has collapsed to the short-episode failure when, over its last 20% of updates, its training episodes
+# (almost) never win and end in under half the horizon: the time penalty's ranking of losses at work
+COLLAPSE_SUCCESS, COLLAPSE_STEPS_SHARE = 0.05, 0.5
+
+
+def root(out: Path, variant: str, init: int) -> Path:
+    return Path(out) / variant / f"init{init}"
+
+
+def run_dir(out: Path, variant: str, init: int, arm: str, seed: int) -> Path:
+    return root(out, variant, init) / arm / f"{ARM_CONFIG[arm][0]}-s{seed}"
+
+
+def job(out: Path, variant: str, arm: str, init: int, seed: int, updates: int, *, device: str = "cpu",
+        base: Path | None = None) -> Job:
+    """One run; ``base`` puts it under another root (the repeat) with the same settings."""
+    trainer_arm, arm_cfg = ARM_CONFIG[arm]
+    where = Path(base) if base is not None else root(out, variant, init)
+    argv = ("--arms", trainer_arm, "--seeds", str(seed), "--init-seed", str(init), "--updates", str(updates),
+            "--resume", "--out", str(where / arm), "--device", device, "--games-dir", str(Path(out) / "games"),
+            *flags(EVAL), *flags(VARIANTS[variant]["task"]), *flags(arm_cfg))
+    key = (variant, *(("repeat",) if base is not None else ()), f"init{init}", arm, f"seed{seed}")
+    return Job(key=key, trainer="ccapo-textworld", argv=argv, run_dir=where / arm / f"{trainer_arm}-s{seed}",
+               updates=updates)
+
+
+def jobs(out: Path, variant: str, arms, pretrains, seeds, updates: int, device: str = "cpu") -> list[Job]:
+    """Seed-major order, so an interrupted study holds whole (model, seed) blocks of every arm, paired; the
+    repeat last."""
+    grid = [job(out, variant, a, p, s, updates, device=device) for s in seeds for p in pretrains for a in arms]
+    p, a, s = REPEAT
+    if a in arms and p in pretrains and s in seeds:
+        grid.append(job(out, variant, a, p, s, updates, device=device, base=Path(out) / variant / "repeat" / f"init{p}"))
+    return grid
+
+
+def prepare_games(out: Path, variant: str) -> None:
+    """Generate the variant's games once, before any run (runs in parallel would each compile them)."""
+    from reference_impl.ccapo.textworld.games import train_and_heldout
+    from reference_impl.ccapo.textworld.trainer import Config
+
+    cfg = Config(**VARIANTS[variant]["task"], **EVAL)
+    train_and_heldout(cfg.game_spec(), cfg.train_games, cfg.heldout_games, Path(out) / "games")
+
+
+def random_policy(out: Path, variant: str, *, games: int = 8, episodes: int = 10, seed: int = 0) -> dict:
+    """A uniform random policy over the trainer's choice set on training games 0..games-1, at the variant's
+    horizon, and each game's walkthrough length (TextWorld's own solution): how often play wins before any
+    learning, the cold start the group advantages depend on. Written to ``DIR/<variant>/random_policy.json``."""
+    import random
+
+    import textworld
+
+    from reference_impl.ccapo.textworld.env import TextWorldEnv
+    from reference_impl.ccapo.textworld.games import game_set
+    from reference_impl.ccapo.textworld.trainer import Config
+
+    cfg = Config(**VARIANTS[variant]["task"])
+    rng = random.Random(seed)
+    wins, walks = [], []
+    for path in game_set(cfg.game_spec(), range(games), Path(out) / "games"):
+        env = textworld.start(str(path), request_infos=textworld.EnvInfos(policy_commands=True))
+        walks.append(len(env.reset().policy_commands))
+        env.close()
+        e = TextWorldEnv(path, cfg.max_steps)
+        for _ in range(episodes):
+            e.reset()
+            while not e.done:
+                e.step(rng.choice(e.admissible(cfg.drop_examine)))
+            wins.append(e.t if e.won else None)
+        e.close()
+    rec = {"games": games, "episodes": len(wins), "max_steps": cfg.max_steps,
+           "success": sum(w is not None for w in wins) / len(wins), "win_steps": [w for w in wins if w is not None],
+           "walkthrough_steps": walks}
+    (Path(out) / variant).mkdir(parents=True, exist_ok=True)
+    (Path(out) / variant / "random_policy.json").write_text(json.dumps(rec, indent=1) + "\n")
+    return rec
+
+
+def run(out: Path, *, parallel: int, updates: int | None = None, device: str = "cpu", variant: str = "single",
+        arms=ARMS, seeds=SEEDS, pretrains=PRETRAIN_SEEDS, echo=print) -> None:
+    out = Path(out)
+    updates = updates or VARIANTS[variant]["updates"]
+    vdir = out / variant
+    vdir.mkdir(parents=True, exist_ok=True)
+    (vdir / "grid.json").write_text(json.dumps({"arms": list(arms), "pretrains": list(pretrains), "seeds": list(seeds),
+                                                "updates": updates, "device": device}, indent=1) + "\n")
+    if (out / "command.txt").exists():  # the page names its own variant's command; the top file is the latest
+        (vdir / "command.txt").write_text((out / "command.txt").read_text())
+    prepare_games(out, variant)
+    if not (vdir / "random_policy.json").exists():
+        rp = random_policy(out, variant)
+        echo(f"{variant}: a uniform random policy wins {rp['success']:.1%} of {rp['episodes']} episodes")
+    echo(f"{variant}: {len(arms)} arms x {len(pretrains)} initial models x {len(seeds)} seeds, {updates} updates")
+    run_grid(jobs(out, variant, arms, pretrains, seeds, updates, device), vdir, parallel=parallel, echo=echo)
+
+
+# ----------------------------------------------------------------------------- scores of one run
+def flat(records: list[dict]) -> list[dict]:
+    """The trainer's records as one flat record per update: training keys as they are, held-out keys with a
+    ``heldout_`` prefix (the trainer logs both splits under the same names)."""
+    by_update: dict[int, dict] = {}
+    for r in records:
+        pre = "heldout_" if r.get("split") == "heldout" else ""
+        row = by_update.setdefault(int(r["update"]), {"update": int(r["update"])})
+        row.update({pre + k: v for k, v in r.items() if k not in ("update", "split", "family", "time", "arm")})
+    return [by_update[u] for u in sorted(by_update)]
+
+
+def run_scores(recs: list[dict], max_steps: int) -> dict:
+    """One run's row of the page: windowed scores (the claims' metrics), the final evaluation (shown only),
+    the KL spike with its update, and whether the run collapsed to short failures."""
+    from rlconform.study import analysis as an
+
+    evals = [v for _, v in an.series(recs, "heldout_success_rate")]
+    kl_peak, kl_at = an.peak(recs, "kl_ref")
+    row = {"updates": recs[-1]["update"] + 1 if recs else 0,
+           "heldout": an.windowed(recs, "heldout_success_rate"),
+           "heldout_mean": sum(evals) / len(evals) if evals else math.nan,
+           "heldout_final": evals[-1] if evals else math.nan,
+           "train_success": an.windowed(recs, "success_rate"), "train_steps": an.windowed(recs, "mean_steps"),
+           "kl_ref": an.windowed(recs, "kl_ref"), "kl_ref_peak": kl_peak, "kl_ref_peak_update": kl_at,
+           "diverged": any(math.isnan(v) for _, v in an.series(recs, "loss"))}
+    row["collapsed"] = bool(row["train_success"] <= COLLAPSE_SUCCESS
+                            and row["train_steps"] <= COLLAPSE_STEPS_SHARE * max_steps)
+    return row
+
+
+def identical_pairs(runs: dict[tuple[int, str, int], list[dict]], a: str, b: str) -> tuple[int, int]:
+    """(pairs whose two logs are equal record for record, pairs) of arms ``a`` and ``b``."""
+    pairs = [(p, s) for (p, arm, s) in runs if arm == a and (p, b, s) in runs]
+    return sum(runs[(p, a, s)] == runs[(p, b, s)] for p, s in pairs), len(pairs)
+
+
+# ----------------------------------------------------------------------------- the page
+def _runs(vdir: Path, arms) -> dict[tuple[int, str, int], list[dict]]:
+    """(initial model, arm, seed) -> flat records of every run found under ``vdir`` (the repeat excluded)."""
+    from rlconform.study.analysis import read_metrics
+
+    runs = {}
+    for init_dir in sorted(vdir.glob("init*")):
+        for arm in arms:
+            for rd in sorted((init_dir / arm).glob(f"{ARM_CONFIG[arm][0]}-s*")):
+                recs = read_metrics(rd)
+                if recs:
+                    runs[(int(init_dir.name[4:]), arm, int(rd.name.rsplit("-s", 1)[1]))] = flat(recs)
+    return runs
+
+
+def missing_runs(vdir: Path, grid: dict) -> list[str]:
+    """The runs of ``grid`` (grid.json) that have not logged all their updates, repeat included."""
+    from rlconform.study.grid import updates_done
+
+    out = vdir.parent
+    return ["/".join(j.key) for j in jobs(out, vdir.name, grid["arms"], grid["pretrains"], grid["seeds"],
+                                          grid["updates"])
+            if updates_done(j.run_dir) < j.updates]
+
+
+def repeat_spread(vdir: Path, updates: int) -> tuple[float, int] | None:
+    """(largest |difference| of held-out success between the repeat and its original, the first update
+    where their training logs differ, -1 if never); None while either is unfinished."""
+    from rlconform.study.analysis import read_metrics
+
+    p, arm, s = REPEAT
+    a = flat(read_metrics(run_dir(vdir.parent, vdir.name, p, arm, s)))
+    b = flat(read_metrics(vdir / "repeat" / f"init{p}" / arm / f"{ARM_CONFIG[arm][0]}-s{s}"))
+    if len(a) < updates or len(b) < updates:
+        return None
+    gap = max(abs(x.get("heldout_success_rate", 0.0) - y.get("heldout_success_rate", 0.0)) for x, y in zip(a, b))
+    first = next((x["update"] for x, y in zip(a, b) if x != y), -1)
+    return gap, first
+
+
+def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "single", partial: bool = False) -> str:
+    """Write ``dest/results.md``, ``curves.png``, ``summary.csv``, ``runs.tar.gz`` and ``provenance.json`` from
+    the study's ``variant`` in ``out``. Refuses an unfinished grid unless ``partial``: a page is the whole study."""
+    import csv
+
+    from rlconform.provenance import stamp
+    from rlconform.study.grid import elapsed_s, write_archive
+    from rlconform.study.plots import arm_curves
+
+    out, dest = Path(out), Path(dest)
+    vdir = out / variant
+    grid = json.loads((vdir / "grid.json").read_text())
+    missing = missing_runs(vdir, grid)
+    if missing and not partial:
+        raise RuntimeError(f"{vdir}: {len(missing)} runs unfinished (first: {missing[0]}); re-run the study's "
+                           "command to finish them before publishing")
+    arms = grid["arms"]
+    runs = {k: recs for k, recs in _runs(vdir, arms).items() if len(recs) >= grid["updates"]}  # a run in flight: not yet
+    if not runs:
+        raise FileNotFoundError(f"{vdir}: no finished runs")
+    # before writing: the stamp names the tree as it was, and the command that makes this page from the runs
+    facts = stamp(f"rlconform study ccapo-textworld --out {out} --variant {variant} --no-run --publish {dest}",
+                  packages=["textworld", "matplotlib"])
+    task = {"max_steps": 20, **VARIANTS[variant]["task"]}
+    rows = [{"initial_model": p, "arm": a, "seed": s, **run_scores(recs, task["max_steps"])}
+            for (p, a, s), recs in sorted(runs.items())]
+    dest.mkdir(parents=True, exist_ok=True)
+    with (dest / "summary.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    command = ((vdir / "command.txt").read_text().strip() if (vdir / "command.txt").exists()
+               else f"rlconform study ccapo-textworld --out DIR --variant {variant}")
+    rand = (json.loads((vdir / "random_policy.json").read_text()) if (vdir / "random_policy.json").exists()
+            else random_policy(out, variant))
+    lines = _page(rows, grid, variant, task, command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}",
+                  read_timings(vdir), repeat_spread(vdir, grid["updates"]), len(missing), rand,
+                  identical_pairs(runs, "ccapo", BASELINE))
+    (dest / "results.md").write_text("\n".join(lines) + "\n")
+    arm_curves(runs, arms, [("heldout_success_rate", "held-out success (band: 10-90% of runs)", "success rate", 1),
+                            ("mean_steps", "training episode length (5-update mean)", "commands per episode", 5)],
+               dest / "curves.png")
+    files = [f for f in sorted(vdir.glob("**/*")) if f.name in ("metrics.jsonl", "config.json")]
+    write_archive(out, files + [vdir / n for n in ("grid.json", "timings.jsonl", "random_policy.json")
+                                if (vdir / n).exists()],
+                  dest / "runs.tar.gz")
+    extra = {"study_command": command, "variant": variant, "elapsed_s": elapsed_s(read_timings(vdir)),
+             "study_dir_layout": f"{variant}/init<I>/<arm>/<trainer arm>-s<S>/metrics.jsonl"}
+    (dest / "provenance.json").write_text(json.dumps({**facts, **extra}, indent=1) + "\n")
+    return f"wrote {dest / 'results.md'} ({len(rows)} runs)"
+
+
+def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, timings: list[dict],
+          repeat: tuple[float, int] | None, n_missing: int, rand: dict, same: tuple[int, int]) -> list[str]:
+    from rlconform.study import analysis as an
+    from rlconform.study.grid import elapsed_s
+
+    arms, base = grid["arms"], BASELINE
+    scores = {key: {(r["initial_model"], r["arm"], r["seed"]): r[key] for r in rows}
+              for key in ("heldout", "heldout_mean", "heldout_final", "train_steps")}
+    pts = sorted({r["initial_model"] for r in rows})
+    seeds = sorted({r["seed"] for r in rows})
+    title = {"single": "single-room games", "multiroom": "six-room games"}[variant] + \
+        f" ({task['max_steps']}-command horizon)"
+    lines = [f"# CCAPO v4.1 on TextWorld, {title}: CCAPO, GRPO and GiGPO, paired over seeds and initial models", "",
+             "```", command, "```", ""]
+    if n_missing:
+        lines += [f"**Partial:** {n_missing} runs of the grid are unfinished; the numbers below are of the runs "
+                  "that finished.", ""]
+    ok = [t for t in timings if t.get("rc") == 0]
+    if ok:
+        span = elapsed_s(timings)
+        bad = len(timings) - len(ok)
+        lines += [f"The study ran {len(ok)} training runs to their end"
+                  + (f" ({bad} interrupted attempts were resumed from their checkpoints)" if bad else "")
+                  + f", {sum(t['wall_s'] for t in timings) / 3600:.1f} run-hours in all (each finished run "
+                  f"{min(t['wall_s'] for t in ok):.0f}-{max(t['wall_s'] for t in ok):.0f} s of wall time with one torch "
+                  "thread, on a machine shared with other jobs; a run paused from outside counts its pause)"
+                  + (f", {span / 3600:.1f} hours from the first start to the last end (pauses between sessions "
+                     "included)" if span else "")
+                  + ". Re-running the command continues an interrupted study; finished runs are read, not rerun.", ""]
+    lines += ["## Design", "",
+              f"- **Grid.** {len(arms)} arms × {len(pts)} initial models (network seeds {', '.join(map(str, pts))}) × "
+              f"{len(seeds)} RL seeds ({', '.join(map(str, seeds))}), {grid['updates']} updates each. Runs of the same "
+              "initial model and RL seed start from the same weights, play the same training games per update and use "
+              f"the same evaluation draws, so every arm is compared with `{base}` **in pairs**.",
+              "- **Arms.** `ccapo`: macro + 0.5 × micro (CCAPO-FUSE-1, beta from CCAPO-DEFAULT-3); `grpo`: the same "
+              "code with beta = 0 (CCAPO-MACRO-1 only); `gigpo-w0.5` and `gigpo-w1`: the macro advantage plus GiGPO's "
+              "anchor-state step advantage at weight 0.5 (matched to CCAPO's micro weight) and 1 (the trainer's "
+              "default, as on the earlier single-seed page).",
+              f"- **Task.** `tw-cooking --recipe 1 --take 1 --go {task.get('go', 1)}`, at most {task['max_steps']} "
+              f"commands per episode; 12 training games, {EVAL['heldout_games']} held-out games, "
+              f"{EVAL['heldout_games'] * EVAL['eval_episodes']} held-out episodes every {EVAL['eval_every']} updates. "
+              "Everything else is the trainer's `Config` default. TextWorld's own walkthroughs of training games "
+              f"0-{rand['games'] - 1} take {min(rand['walkthrough_steps'])}-{max(rand['walkthrough_steps'])} commands; "
+              f"a uniform random policy over the same choices wins {rand['success']:.1%} of {rand['episodes']} "
+              f"episodes on them within {rand['max_steps']} commands (the cold start every arm begins from).",
+              "- **Score of a run.** Held-out success, the **median over the evaluations in the last 20% of the "
+              "updates** (the claims' metric), and the mean over all evaluations (the area under the held-out curve). "
+              "The final evaluation is shown, never used for a claim.",
+              "- **Intervals.** 95% percentile bootstrap of the mean, resampling initial models and then seeds within "
+              f"each ({an.BOOTSTRAP:,} replicates). **Claims** are generated from the paired intervals: \"beats\" only "
+              "when the interval excludes 0.", "",
+              "## Results", "",
+              "| arm | runs | held-out success, last 20% (mean, 95% CI) | mean over evaluations (95% CI) | "
+              "final evaluation (mean) | collapsed runs |", "|---|---|---|---|---|---|"]
+    for arm in arms:
+        mine = [r for r in rows if r["arm"] == arm]
+        cells = []
+        for key in ("heldout", "heldout_mean"):
+            m, lo, hi = an.paired_bootstrap(an.by_model(scores[key], arm))
+            cells.append(f"{m:.3f} [{lo:.3f}, {hi:.3f}]")
+        final = [r["heldout_final"] for r in mine if not math.isnan(r["heldout_final"])]
+        lines.append(f"| `{arm}` | {len(mine)} | {cells[0]} | {cells[1]} | "
+                     f"{sum(final) / len(final) if final else math.nan:.3f} | "
+                     f"{sum(r['collapsed'] for r in mine)} of {len(mine)} |")
+    lines += ["", "![held-out success and episode length per arm](curves.png)", "",
+              f"## Paired differences against `{base}`", ""]
+    for arm in arms:
+        if arm == base:
+            continue
+        for key, label in (("heldout", "held-out success (last 20%)"), ("heldout_mean", "held-out success (mean "
+                                                                                         "over evaluations)")):
+            lines.append(f"- {an.paired_claim(arm, base, label, an.paired_differences(scores[key], arm, base))}.")
+    if same[1]:
+        lines += ["", f"In {same[0]} of {same[1]} pairs the `ccapo` and `{base}` runs are identical, record for record. "
+                  "CCAPO's micro stream is inert until a training episode wins: V-bar is written by successful "
+                  "trajectories only (CCAPO-STDB-3), so every anchor is unseen and every raw micro advantage is 0 "
+                  "(CCAPO-MICRO-2). Until its first win, `ccapo` is GRPO."]
+    lines += ["", "Per initial model (mean over seeds of the paired last-20% difference):", ""]
+    for arm in arms:
+        if arm == base:
+            continue
+        d = an.paired_differences(scores["heldout"], arm, base)
+        lines.append(f"- `{arm}` − `{base}`: " + ", ".join(
+            f"model {p}: {sum(v.values()) / len(v):+.3f}" if v else f"model {p}: –" for p, v in sorted(d.items())))
+    lines += ["", "## Collapsed runs and spikes", "",
+              f"A run counts as **collapsed** to the short-episode failure when, over its last 20% of updates, its "
+              f"training episodes win at most {COLLAPSE_SUCCESS:.0%} of the time and last at most "
+              f"{COLLAPSE_STEPS_SHARE:.0%} of the horizon ({COLLAPSE_STEPS_SHARE * task['max_steps']:g} commands): "
+              "the time penalty ranks all-failure groups by length and the policy learns to lose fast. Collapsed and "
+              "diverged runs stay in every table and interval.", ""]
+    col = [r for r in rows if r["collapsed"] or r["diverged"]]
+    lines += [f"- `{r['arm']}`, initial model {r['initial_model']}, seed {r['seed']}: training success "
+              f"{r['train_success']:.2f}, {r['train_steps']:.1f} commands per episode, held-out {r['heldout']:.2f}"
+              + (" (diverged: NaN loss)" if r["diverged"] else "") for r in col] or ["- None."]
+    lines += ["", "The largest KL(π‖π_ref) of each arm (CCAPO-PPO-2's k3 estimate, per update), with the update "
+              "where it happened:", "", "| arm | peak | at update (run) | last-20% median (median run) |",
+              "|---|---|---|---|"]
+    for arm in arms:
+        mine = [r for r in rows if r["arm"] == arm and not math.isnan(r["kl_ref_peak"])]
+        if not mine:
+            continue
+        k = max(mine, key=lambda r: r["kl_ref_peak"])
+        med = sorted(r["kl_ref"] for r in mine)[len(mine) // 2]
+        lines.append(f"| `{arm}` | {k['kl_ref_peak']:.3g} | {k['kl_ref_peak_update']} (model {k['initial_model']}, "
+                     f"seed {k['seed']}) | {med:.3g} |")
+    lines += ["", "## Reproducing", ""]
+    if repeat is None:
+        lines.append("The repeated run has not finished, so this page does not state the run-to-run spread.")
+    else:
+        gap, first = repeat
+        p, arm, s = REPEAT
+        lines.append(f"`{arm}`, initial model {p}, seed {s} ran twice from the same command on this machine: "
+                     + ("the two logs are identical, record for record." if first < 0 else
+                        f"the logs first differ at update {first} (float noise in the sampling), and their held-out "
+                        f"success differs by up to {gap:.3f} at one evaluation. A re-run reproduces the intervals, "
+                        "not each run."))
+    lines += ["", "Every run's per-update log is in `runs.tar.gz`; `summary.csv` has each run's scores."]
+    return lines
