@@ -20,7 +20,22 @@ import json
 import math
 from pathlib import Path
 
-from rlconform.study.grid import Job, flags, read_timings, run_grid
+from reference_impl.ccapo.textworld.env import TextWorldEnv
+from reference_impl.ccapo.textworld.games import game_set, train_and_heldout
+from reference_impl.ccapo.textworld.trainer import Config
+from rlconform.provenance import stamp
+from rlconform.study import analysis as an
+from rlconform.study.analysis import read_metrics
+from rlconform.study.grid import (
+    Job,
+    elapsed_s,
+    flags,
+    read_timings,
+    run_grid,
+    updates_done,
+    write_archive,
+)
+from rlconform.study.plots import arm_curves
 
 ARMS = ("ccapo", "grpo", "gigpo-w0.5", "gigpo-w1")
 BASELINE = "grpo"  # CCAPO with beta = 0: the same code without the micro stream
@@ -74,8 +89,6 @@ def jobs(out: Path, variant: str, arms, pretrains, seeds, updates: int, device: 
 
 def prepare_games(out: Path, variant: str) -> None:
     """Generate the variant's games once, before any run (runs in parallel would each compile them)."""
-    from reference_impl.ccapo.textworld.games import train_and_heldout
-    from reference_impl.ccapo.textworld.trainer import Config
 
     cfg = Config(**VARIANTS[variant]["task"], **EVAL)
     train_and_heldout(cfg.game_spec(), cfg.train_games, cfg.heldout_games, Path(out) / "games")
@@ -88,10 +101,6 @@ def random_policy(out: Path, variant: str, *, games: int = 8, episodes: int = 10
     import random
 
     import textworld
-
-    from reference_impl.ccapo.textworld.env import TextWorldEnv
-    from reference_impl.ccapo.textworld.games import game_set
-    from reference_impl.ccapo.textworld.trainer import Config
 
     cfg = Config(**VARIANTS[variant]["task"])
     rng = random.Random(seed)
@@ -148,7 +157,6 @@ def flat(records: list[dict]) -> list[dict]:
 def run_scores(recs: list[dict], max_steps: int) -> dict:
     """One run's row of the page: windowed scores (the claims' metrics), the final evaluation (shown only),
     the KL spike with its update, and whether the run collapsed to short failures."""
-    from rlconform.study import analysis as an
 
     evals = [v for _, v in an.series(recs, "heldout_success_rate")]
     kl_peak, kl_at = an.peak(recs, "kl_ref")
@@ -173,7 +181,6 @@ def identical_pairs(runs: dict[tuple[int, str, int], list[dict]], a: str, b: str
 # ----------------------------------------------------------------------------- the page
 def _runs(vdir: Path, arms) -> dict[tuple[int, str, int], list[dict]]:
     """(initial model, arm, seed) -> flat records of every run found under ``vdir`` (the repeat excluded)."""
-    from rlconform.study.analysis import read_metrics
 
     runs = {}
     for init_dir in sorted(vdir.glob("init*")):
@@ -187,7 +194,6 @@ def _runs(vdir: Path, arms) -> dict[tuple[int, str, int], list[dict]]:
 
 def missing_runs(vdir: Path, grid: dict) -> list[str]:
     """The runs of ``grid`` (grid.json) that have not logged all their updates, repeat included."""
-    from rlconform.study.grid import updates_done
 
     out = vdir.parent
     return ["/".join(j.key) for j in jobs(out, vdir.name, grid["arms"], grid["pretrains"], grid["seeds"],
@@ -198,7 +204,6 @@ def missing_runs(vdir: Path, grid: dict) -> list[str]:
 def repeat_spread(vdir: Path, updates: int) -> tuple[float, int] | None:
     """(largest |difference| of held-out success between the repeat and its original, the first update
     where their training logs differ, -1 if never); None while either is unfinished."""
-    from rlconform.study.analysis import read_metrics
 
     p, arm, s = REPEAT
     a = flat(read_metrics(run_dir(vdir.parent, vdir.name, p, arm, s)))
@@ -214,10 +219,6 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     """Write ``dest/results.md``, ``curves.png``, ``summary.csv``, ``runs.tar.gz`` and ``provenance.json`` from
     the study's ``variant`` in ``out``. Refuses an unfinished grid unless ``partial``: a page is the whole study."""
     import csv
-
-    from rlconform.provenance import stamp
-    from rlconform.study.grid import elapsed_s, write_archive
-    from rlconform.study.plots import arm_curves
 
     out, dest = Path(out), Path(dest)
     vdir = out / variant
@@ -264,8 +265,6 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
 
 def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, timings: list[dict],
           repeat: tuple[float, int] | None, n_missing: int, rand: dict, same: tuple[int, int]) -> list[str]:
-    from rlconform.study import analysis as an
-    from rlconform.study.grid import elapsed_s
 
     arms, base = grid["arms"], BASELINE
     scores = {key: {(r["initial_model"], r["arm"], r["seed"]): r[key] for r in rows}

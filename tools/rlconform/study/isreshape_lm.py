@@ -16,7 +16,13 @@ import json
 import math
 from pathlib import Path
 
-from rlconform.study.grid import Job, flags as _flags, read_timings, run_grid, write_archive
+from reference_impl.isreshape.lm.trainer import LmConfig, init_path
+from rlconform.provenance import stamp
+from rlconform.study import analysis as an
+from rlconform.study.analysis import read_metrics, windowed
+from rlconform.study.grid import Job, read_timings, run_grid, write_archive
+from rlconform.study.grid import flags as _flags
+from rlconform.study.plots import arm_curves
 
 ARMS = ("v4", "ppo", "sapo", "is", "sft")
 BASELINE = "ppo"  # the clipped objective every reshaped loss is set against
@@ -46,7 +52,6 @@ def job(out: Path, arm: str, pretrain: int, lr: float, seed: int, updates: int =
 
 def choose_lr(out: Path, arms, lrs, pretrain: int, seeds, key: str = "heldout_acc") -> dict[str, float]:
     """Per arm, the learning rate with the best mean windowed ``key`` over the sweep's runs (ties: the smaller rate)."""
-    from rlconform.study.analysis import read_metrics, windowed
 
     chosen = {}
     for arm in arms:
@@ -63,8 +68,6 @@ def prepare_inits(out: Path, pairs, variant: str = "tiny") -> None:
     """Pre-train each initial model once, before parallel runs could race to build it; every learning-rate
     root of one pre-train seed gets a copy of the same files, so arms at different rates start identical."""
     import shutil
-
-    from reference_impl.isreshape.lm.trainer import LmConfig, init_path
 
     first: dict[int, Path] = {}
     for pretrain, lr in pairs:
@@ -103,7 +106,6 @@ def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu"
 # ----------------------------------------------------------------------------- the page
 def _runs(out: Path, chosen: dict[str, float]) -> dict[tuple[int, str, int], list[dict]]:
     """(initial model, arm, seed) -> metric records of the main grid found in ``out`` (the sweep's model excluded)."""
-    from rlconform.study.analysis import read_metrics
 
     runs = {}
     for pt_dir in sorted(Path(out).glob("pt*")):
@@ -119,7 +121,6 @@ def _runs(out: Path, chosen: dict[str, float]) -> dict[tuple[int, str, int], lis
 
 
 def _sweep_table(out: Path, arms) -> list[str]:
-    from rlconform.study.analysis import read_metrics, windowed
 
     lrs = [lr for lr in LRS if root(out, SWEEP_PRETRAIN, lr).exists()]
     if not lrs:
@@ -139,9 +140,6 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
     """Write ``dest/results.md``, ``curves.png``, ``summary.csv``, ``runs.tar.gz`` and ``provenance.json``
     from the study in ``out``. Every claim on the page is generated from a paired interval."""
     import csv
-
-    from rlconform.provenance import stamp
-    from rlconform.study import analysis as an
 
     out, dest = Path(out), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
@@ -309,7 +307,6 @@ def _write_runs_archive(out: Path, path: Path) -> None:
 
 
 def _plot(runs, arms, path: Path) -> None:
-    from rlconform.study.plots import arm_curves
 
     arm_curves(runs, arms, [("reward", "batch reward (5-update mean; band: 10-90% of runs)", "reward", 5),
                             ("heldout_acc", "held-out greedy accuracy (band: 10-90% of runs)", "accuracy", 1)], path)
