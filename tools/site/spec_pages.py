@@ -271,21 +271,26 @@ def errata_page(spec) -> str:
     return "\n".join(out)
 
 
+def _per_family_tables(spec, kind: str, header: str, rows_of) -> list[str]:
+    """One section per family with clauses of ``kind``: a table with ``header`` and the rows ``rows_of(c)``."""
+    out = []
+    for fam, f in spec.families.items():
+        clauses = [c for c in f.clauses if c.kind == kind]
+        if clauses:
+            cols = header.count("|") - 1
+            out += [f"## {fam}", "", header, "|" + "---|" * cols, *(r for c in clauses for r in rows_of(c)), ""]
+    return out
+
+
 def defaults_page(spec) -> str:
     page = "spec/defaults.md"
     out = ["# Defaults", "",
            "Default hyper-parameters are clauses of kind `default`; each maps keys of the family's "
            "`defaults()` operation to values, and `test_defaults.py` checks an implementation's "
            "`defaults()` against them.", ""]
-    for fam, f in spec.families.items():
-        rows = [c for c in f.clauses if c.kind == "default"]
-        if not rows:
-            continue
-        out += [f"## {fam}", "", "| clause | key | value | level | title |", "|---|---|---|---|---|"]
-        for c in rows:
-            for k, v in (c.value or {}).items():
-                out.append(f"| {clause_link(spec, c.id, page)} | `{k}` | `{fmt_value(v)}` | {c.level} | {cell(c.title)} |")
-        out.append("")
+    out += _per_family_tables(spec, "default", "| clause | key | value | level | title |", lambda c: [
+        f"| {clause_link(spec, c.id, page)} | `{k}` | `{fmt_value(v)}` | {c.level} | {cell(c.title)} |"
+        for k, v in (c.value or {}).items()])
     return "\n".join(out)
 
 
@@ -295,15 +300,8 @@ def gates_page(spec) -> str:
            "Gate clauses are thresholds on the metrics a trainer writes to `metrics.jsonl` (one JSON object "
            "per update). `rlconform gate RUN/metrics.jsonl` aggregates each metric as the clause says and "
            "compares it with the threshold; any failing gate fails the command; with `--strict` a gate whose metric is missing fails it too.", ""]
-    for fam, f in spec.families.items():
-        rows = [c for c in f.clauses if c.kind == "gate"]
-        if not rows:
-            continue
-        out += [f"## {fam}", "", "| clause | metric | condition | aggregate | level | statement |",
-                "|---|---|---|---|---|---|"]
-        for c in rows:
-            g = c.gate
-            out.append(f"| {clause_link(spec, c.id, page)} | `{g['metric']}` | {html.escape(str(g['op']))} "
-                       f"`{fmt_value(g['threshold'])}` | `{g.get('aggregate', 'last')}` | {c.level} | {cell(c.statement)} |")
-        out.append("")
+    out += _per_family_tables(
+        spec, "gate", "| clause | metric | condition | aggregate | level | statement |", lambda c: [
+            f"| {clause_link(spec, c.id, page)} | `{c.gate['metric']}` | {html.escape(str(c.gate['op']))} "
+            f"`{fmt_value(c.gate['threshold'])}` | `{c.gate.get('aggregate', 'last')}` | {c.level} | {cell(c.statement)} |"])
     return "\n".join(out)
