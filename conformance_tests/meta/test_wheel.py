@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,6 +16,7 @@ import pytest
 pytestmark = [pytest.mark.meta, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[2]
+WHEEL_SOURCES = ("pyproject.toml", "setup.py", "README.md", "spec", "tools/rlconform", "conformance_tests", "reference_impl")
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +25,15 @@ def installed(tmp_path_factory):
     if not (REPO / "pyproject.toml").exists():
         pytest.fail("this meta-test builds the wheel from a source checkout")
     work = tmp_path_factory.mktemp("wheel")
+    # built from a copy of what the wheel is made of: setuptools reuses a checkout's build/ directory, where a
+    # module deleted since the last build would still be found and shipped
+    src = work / "src"
+    src.mkdir()
+    for name in WHEEL_SOURCES:
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(
+            REPO / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / name).is_dir() else {}))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(work / "dist"), str(REPO)], check=True, capture_output=True)
+                    str(work / "dist"), str(src)], check=True, capture_output=True)
     (wheel,) = (work / "dist").glob("rlconform-*.whl")
     site = work / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
