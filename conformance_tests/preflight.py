@@ -15,7 +15,7 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rlconform.spec import default_spec
 
@@ -155,22 +155,35 @@ def check_device(device: str) -> None:
         raise PreflightError(f"--device {device}: tensors cannot be created there ({type(e).__name__}: {e})") from None
 
 
-def git_commit(obj: Any) -> str | None:
-    """The git commit (``+dirty`` when the tree has changes) of the checkout holding ``obj``'s module."""
-    mod = sys.modules.get(getattr(obj, "__module__", "") or "") if not inspect.ismodule(obj) else obj
-    path = getattr(mod, "__file__", None)
-    if not path:
+def git_commit(obj: Any, *, ignore: Callable[[str], bool] | None = None) -> str | None:
+    """The git commit (``+dirty`` when the tree has changes) of the checkout holding ``obj``'s module.
+    ``ignore(path)`` names changed paths (relative to the repository root) that do not make it dirty:
+    a project's own generated outputs, which the run that stamps them may itself be rewriting."""
+    where = checkout_dir(obj)
+    if where is None:
         return None
-    where = str(Path(path).resolve().parent)
     try:
         head = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        changed = modified_paths(where)
     except (OSError, subprocess.SubprocessError):
         return None
+    dirty = [p for p in changed if not (ignore and ignore(p))]
     return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def checkout_dir(obj: Any) -> str | None:
+    mod = sys.modules.get(getattr(obj, "__module__", "") or "") if not inspect.ismodule(obj) else obj
+    path = getattr(mod, "__file__", None)
+    return str(Path(path).resolve().parent) if path else None
+
+
+def modified_paths(where: str) -> list[str]:
+    """Tracked paths with uncommitted changes in the checkout holding ``where``, relative to its root."""
+    out = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+                         capture_output=True, text=True, timeout=10).stdout
+    return [ln[3:].split(" -> ")[-1].strip('"') for ln in out.splitlines() if len(ln) > 3]
 
 
 # What an implementation may declare (conformance_tests/contract/__init__.py documents each).

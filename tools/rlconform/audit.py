@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import conformance_tests
-import rlconform
 from conformance_tests.expectations import load_expectations
 from conformance_tests.layout import clause_test_files
 from conformance_tests.options import DEFAULT_TIMEOUT, KILLED_OPS_VAR
 from conformance_tests.outcomes import KIND_RANK
-from conformance_tests.preflight import git_commit, resolve_impl_string
+from conformance_tests.preflight import resolve_impl_string
 from rlconform import launch
+from rlconform.provenance import code_commit
 from rlconform.spec import (
     SEVERITIES,
     SEVERITY_MEANING,
@@ -447,7 +447,7 @@ def _versions() -> dict[str, str | None]:
         version = metadata.version("rlconform")
     except metadata.PackageNotFoundError:
         version = None
-    return {"rlconform": version, "rlconform_commit": git_commit(rlconform)}
+    return {"rlconform": version, "rlconform_commit": code_commit()}
 
 
 def clause_report(payload: dict, spec: Spec | None = None) -> dict:

@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Iterable, Sequence
 
 import rlconform
-from conformance_tests.preflight import git_commit
+from conformance_tests.preflight import checkout_dir, git_commit, modified_paths
 
 # Packages whose versions matter for every page; callers add the libraries they exercised.
 BASE_PACKAGES = ("rlconform", "torch", "hypothesis", "numpy")
@@ -26,6 +26,22 @@ def package_version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def generated_output(path: str) -> bool:
+    """A change that does not make the code dirty: the docs' pages and data (what stamped runs write),
+    but not the scripts kept beside them."""
+    return path.startswith("docs/") and not path.endswith(".py")
+
+
+def code_commit() -> str | None:
+    """rlconform's commit, ``+dirty`` only when code (not generated docs output) differs from it."""
+    return git_commit(rlconform, ignore=generated_output)
+
+
+def dirty_code_paths() -> list[str]:
+    where = checkout_dir(rlconform)
+    return [p for p in modified_paths(where) if not generated_output(p)] if where else []
 
 
 def stamp(command: str | Sequence[str] | None = None, *, packages: Iterable[str] = (),
@@ -46,13 +62,15 @@ def stamp(command: str | Sequence[str] | None = None, *, packages: Iterable[str]
         pass
     out = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": git_commit(rlconform),
+        "commit": code_commit(),
         "command": command,
         "python": platform.python_version(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
         "torch_threads": threads,
         "versions": {n: package_version(n) for n in names},
     }
+    if (out["commit"] or "").endswith("+dirty"):  # say what differed, so a reader can judge
+        out["modified"] = dirty_code_paths()[:20]
     if extra:
         out.update(extra)
     return out
