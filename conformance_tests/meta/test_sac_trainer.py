@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from rlconform.golive import summarise
+from rlconform.golive import ablation_run, summarise
 from rlconform.spec import default_spec
 from rlconform.spec.gates import evaluate
 
@@ -199,15 +199,21 @@ def _write_run(path, critic, top3_at):
 
 
 @pytest.mark.clause("SAC-GATE-2", "SAC-GATE-8")
-def test_suite_summary_counts_diverged_seeds_and_the_smallest_ablation_drop(tmp_path):
+def test_suite_summary_counts_diverged_seeds_and_the_smallest_paired_ablation_drop(tmp_path):
 
     down, up = [3.0, 2.0, 2.0, 1.0] * 2, [1.0, 1.0, 2.0, 3.0] * 2  # quarters: 3.0/2.0 -> 1.0/1.0; 1.0/1.0 -> 3.0/3.0
     _write_run(tmp_path / "seed0", down, {4: 0.30, 8: 0.35})
-    _write_run(tmp_path / "seed1", up, {4: 0.28, 8: 0.33})
-    for name, top3 in (("no_bc", 0.10), ("no_topp", 0.27), ("fixed_alpha", 0.31)):
-        _write_run(tmp_path / f"ablate_{name}", down[:4], {4: top3})
+    _write_run(tmp_path / "seed1", up, {4: 0.20, 8: 0.33})
+    ablated = {"no_bc": (0.10, 0.10), "no_topp": (0.27, 0.13), "fixed_alpha": (0.31, 0.21)}  # (seed 0, seed 1)
+    for name, top3 in ablated.items():
+        for seed, v in enumerate(top3):
+            _write_run(tmp_path / ablation_run(name, seed), down[:4], {4: v})
     rec = summarise(tmp_path, [0, 1], updates=8, ablation_updates=4)
     assert rec["diverged_runs"] == 1 and list(rec["divergence"]) == ["seed1"]
-    # drops from seed 0's top-3 at update 4 (0.30): 20, 3 and -1 points; the gate reads the smallest
-    assert rec["ablation_drops_pp"] == pytest.approx({"no_bc": 20.0, "no_topp": 3.0, "fixed_alpha": -1.0})
+    # each seed's ablation against the same seed's full run at update 4 (0.30 and 0.20), in points:
+    # no_bc 20 and 10, no_topp 3 and 7, fixed_alpha -1 and -1; the gate reads the smallest mean
+    assert rec["ablation_drops_pp_by_seed"]["no_topp"] == pytest.approx({"seed0": 3.0, "seed1": 7.0})
+    assert rec["ablation_drops_pp"] == pytest.approx({"no_bc": 15.0, "no_topp": 5.0, "fixed_alpha": -1.0})
     assert rec["ablation_drop_pp"] == pytest.approx(-1.0)
+    one = summarise(tmp_path, [0, 1], updates=8, ablation_updates=4, ablation_seeds=[1])  # ablations at seed 1 only
+    assert one["ablation_drops_pp"] == pytest.approx({"no_bc": 10.0, "no_topp": 7.0, "fixed_alpha": -1.0})
