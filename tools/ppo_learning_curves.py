@@ -86,6 +86,12 @@ def save(fig, path: Path) -> None:
     plt.close(fig)
 
 
+def runnable(cmd: list[str]) -> list[str]:
+    """A command written as the user types it (``rlconform train ...``), run by this interpreter: the
+    ``rlconform`` on PATH may be another install, or none (a venv not activated)."""
+    return [sys.executable, "-m", "rlconform.cli", *cmd[1:]] if cmd and cmd[0] == "rlconform" else cmd
+
+
 def write_stamp(out_dir: Path, command: Sequence[str] | str, *, packages: Iterable[str] = (), extra: dict | None = None) -> dict:
     """``provenance.json`` beside the page: the site renders it under the page title."""
     from rlconform.provenance import stamp

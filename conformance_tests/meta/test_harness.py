@@ -94,8 +94,9 @@ def test_failure_message_names_clause_and_call_and_repro_runs():
 def test_expectations_turn_known_failures_into_expected_failures(tmp_path):
     exp = tmp_path / "expect.yaml"
     exp.write_text("- {clause: SAC-TEMP-1, reason: V1 sign kept on purpose, link: 'https://example.invalid/1'}\n"
-                   "- {clause: SAC-TEMP-2, reason: same}\n- {clause: SAC-CQL-1, reason: matches nothing here}\n")
-    rep = _report("conformance_tests.mutants.sac:v1_temperature_sign", ["SAC-TEMP-1", "SAC-TEMP-2"],
+                   "- {clause: SAC-TEMP-2, reason: same}\n- {clause: SAC-CQL-1, reason: matches nothing here}\n"
+                   "- {clause: SAC-TD-1, reason: fixed since}\n")
+    rep = _report("conformance_tests.mutants.sac:v1_temperature_sign", ["SAC-TEMP-1", "SAC-TEMP-2", "SAC-TD-1"],
                   expectations=str(exp), profile="mutant")
     st = _status(rep)
     assert st["SAC-TEMP-1"] == "expected_fail" and st["SAC-TEMP-2"] == "expected_fail"
@@ -103,6 +104,10 @@ def test_expectations_turn_known_failures_into_expected_failures(tmp_path):
     assert temp1["expectation"]["reason"] == "V1 sign kept on purpose"
     assert rep["summary"]["must_failed"] == []
     assert any("SAC-CQL-1" in w for w in rep["warnings"])
+    # an expectation for a clause that passes hides nothing now, and would hide the next regression
+    assert st["SAC-TD-1"] == "pass"
+    assert any("SAC-TD-1" in w and "stale" in w for w in rep["warnings"])
+    assert not any("SAC-TEMP-1" in w for w in rep["warnings"])
     assert "warning" in render_checklist(rep)
 
 

@@ -537,7 +537,8 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
         "summary": {**counts, "clauses": len(clauses), "must_failed": must_failed, "should_failed": should_failed,
                     "advisory_failed": advisory, "tests_executed": executed,
                     "tests_not_run": sum(1 for t in payload["tests"].values() if t.get("outcome") == "not_run")},
-        "warnings": [f"expectation for {c} matches no collected test" for c in payload.get("unmatched_expectations", [])],
+        "warnings": [f"expectation for {c} matches no collected test" for c in payload.get("unmatched_expectations", [])]
+        + stale_expectations(clauses, payload.get("expectations") or {}),
         "clauses": clauses,
     }
     code, verdict = exit_code(report)
@@ -672,6 +673,14 @@ def _deviation_section(clauses: list[dict]) -> list[str]:
     out += [f"| {c['id']} | {d['convention']} | {_cell(d['declared'])} | {_cell(d['seed'])} | {_cell(d['consequence'])} |"
             for c, d in rows]
     return out
+
+
+def stale_expectations(clauses: list[dict], expectations: dict) -> list[str]:
+    """A clause declared an expected failure that no longer fails: the declaration hides nothing now,
+    and would hide the next regression, so the report asks for it to go."""
+    return [f"{c['id']} is declared an expected failure but passed in this run: the expectation is stale; "
+            "remove it from the expectations file" for c in clauses
+            if c["id"] in expectations and c["status"] in ("pass", "deviation")]
 
 
 def render_checklist(report: dict, spec: Spec | None = None) -> str:

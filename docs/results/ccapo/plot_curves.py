@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "tools"))
-from ppo_learning_curves import SEED_COLORS, copy_runs, fill, hline, legend_below, nanmean, plt, read_jsonl, save, seed_band, write_stamp  # noqa: E402
+from ppo_learning_curves import SEED_COLORS, copy_runs, fill, hline, legend_below, nanmean, plt, read_jsonl, runnable, save, seed_band, write_stamp  # noqa: E402
 
 SETTINGS = {"uniform": ("uniform layouts", []), "prior": ("layouts with a shared regularity (prior 0.8)",
                                                           ["--layout-prior", "0.8"])}
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         for setting in SETTINGS:
             for s in seeds:
                 for variant in VARIANTS:
-                    subprocess.run(train_command(setting, variant, s, src), check=True)
+                    subprocess.run(runnable(train_command(setting, variant, s, src)), check=True)
     if args.runs or args.train:
         for setting in SETTINGS:
             copy_runs({v: {s: src / setting / v / f"seed{s}" for s in seeds} for v in VARIANTS}, out / "runs" / setting)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "tools"))
-from ppo_learning_curves import SEED_COLORS, copy_runs, fill, hline, legend_below, nanmean, plt, read_jsonl, save, seed_band  # noqa: E402
+from ppo_learning_curves import SEED_COLORS, copy_runs, fill, hline, legend_below, nanmean, plt, read_jsonl, runnable, save, seed_band  # noqa: E402
 
 LOSSES = {"v4": "v4 (ISR-LOSS-1)", "ppo-decoupled": "decoupled PPO-clip around π_prox, ε = 0.2",
           "ppo": "PPO-clip against μ, ε = 0.2", "doc": "the document's §9 code"}
@@ -147,7 +147,7 @@ def train(seeds: list[int], src: Path) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     t0 = time.time()
     for s in seeds:
-        subprocess.run(train_command(s, src), check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(runnable(train_command(s, src)), check=True, env=env, stdout=subprocess.DEVNULL)
     return time.time() - t0
 
 
