@@ -56,6 +56,12 @@ VARIANTS = {"single": {"updates": 50, "task": {}},
 COLLAPSE_SUCCESS, COLLAPSE_STEPS_SHARE = 0.05, 0.5
 
 
+
+def _span(values) -> str:
+    """``3`` for equal values, ``3-6`` for a range."""
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
 def root(out: Path, variant: str, init: int) -> Path:
     return Path(out) / variant / f"init{init}"
 
@@ -283,7 +289,8 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
         span = elapsed_s(timings)
         bad = len(timings) - len(ok)
         lines += [f"The study ran {len(ok)} training runs to their end"
-                  + (f" ({bad} interrupted attempts were resumed from their checkpoints)" if bad else "")
+                  + (f" ({bad} interrupted attempt was resumed from its checkpoint)" if bad == 1 else
+                     f" ({bad} interrupted attempts were resumed from their checkpoints)" if bad else "")
                   + f", {sum(t['wall_s'] for t in timings) / 3600:.1f} run-hours in all (each finished run "
                   f"{min(t['wall_s'] for t in ok):.0f}-{max(t['wall_s'] for t in ok):.0f} s of wall time with one torch "
                   "thread, on a machine shared with other jobs; a run paused from outside counts its pause)"
@@ -303,7 +310,7 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
               f"commands per episode; 12 training games, {EVAL['heldout_games']} held-out games, "
               f"{EVAL['heldout_games'] * EVAL['eval_episodes']} held-out episodes every {EVAL['eval_every']} updates. "
               "Everything else is the trainer's `Config` default. TextWorld's own walkthroughs of training games "
-              f"0-{rand['games'] - 1} take {min(rand['walkthrough_steps'])}-{max(rand['walkthrough_steps'])} commands; "
+              f"0-{rand['games'] - 1} take {_span(rand['walkthrough_steps'])} commands; "
               f"a uniform random policy over the same choices wins {rand['success']:.1%} of {rand['episodes']} "
               f"episodes on them within {rand['max_steps']} commands (the cold start every arm begins from).",
               "- **Score of a run.** Held-out success, the **median over the evaluations in the last 20% of the "
