@@ -1,6 +1,6 @@
 """Regenerate docs/results/sac from a finished suite and the n-gram ceiling probe.
 
-    python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 6
+    python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 2
     python docs/results/sac/ngram_ceiling.py CEILING.jsonl --windows 1 2 4 8
     python docs/results/sac/reevaluate.py SUITE REEVAL.jsonl     # optional: figures added after the suite ran
     python docs/results/sac/build.py SUITE CEILING.jsonl [REEVAL.jsonl [SUPERVISED.jsonl [EXTRA_DIR]]]
@@ -69,13 +69,24 @@ def figures_md(suite: Path, ceiling: list[dict], summary: dict) -> str:
         g = res.clause.gate
         fig = "—" if res.figure is None else f"{res.figure:.4g}"
         lines.append(f"| {res.clause.id} | {g['metric']} | {fig} | {g['op']} {g['threshold']} | **{res.verdict}** |")
-    km = summary["key_metric"]
-    lines += ["", f"Ablations (SAC-GATE-8), key metric {km['name']} at update {km['at_update']} (seed 0): full "
-              f"{_pct(km['full'])}; " + "; ".join(f"{k} {_pct(km[k])} (drop {summary['ablation_drops_pp'][k]:+.2f} points)"
-                                                  for k in summary["ablation_drops_pp"]) + "."]
+    lines += ["", *ablation_md(summary)]
     if summary.get("divergence"):
         lines += ["", "Divergence (SAC-GATE-2): " + "; ".join(f"{k}: {v}" for k, v in summary["divergence"].items()) + "."]
     return "\n".join(lines)
+
+
+def ablation_md(summary: dict) -> list[str]:
+    """SAC-GATE-8's table: the key metric of each seed's full run and of its ablations, and the paired drops."""
+    km, by_seed = summary["key_metric"], summary["ablation_drops_pp_by_seed"]
+    seeds = list(km["full"])
+    out = [f"Ablations (SAC-GATE-8): the key metric {km['name']} at update {km['at_update']}, each ablation against the "
+           "same seed's full run; the gate reads the smallest mean drop, and needs 5 points.", "",
+           "| run | " + " | ".join(seeds) + " | mean drop (points) |", "|---|" + "---:|" * (len(seeds) + 1),
+           "| full | " + " | ".join(_pct(km["full"][s]) for s in seeds) + " | – |"]
+    for name, drops in by_seed.items():
+        cells = " | ".join(f"{_pct(km[name][s])} ({drops[s]:+.2f})" for s in seeds)
+        out.append(f"| {name.replace('_', ' ')} | {cells} | {summary['ablation_drops_pp'][name]:+.2f} |")
+    return out
 
 
 def reeval_md(rows: list[dict]) -> str:
@@ -129,7 +140,7 @@ def main(suite: str, ceiling_path: str, reeval_path: str | None = None, supervis
         data.insert(3, "supervised.jsonl")
     subprocess.run([sys.executable, str(HERE / "plot_curves.py"), str(HERE / "curves.jsonl"), str(HERE / "ceiling.jsonl"),
                     str(HERE / "curves.png")], check=True)
-    cmd = ("python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 6; "
+    cmd = ("python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 2; "
            "python docs/results/sac/ngram_ceiling.py CEILING.jsonl --windows 1 2 4 8; "
            "python docs/results/sac/reevaluate.py SUITE REEVAL.jsonl; "
            "python docs/results/sac/supervised_probe.py SUPERVISED.jsonl --steps 4000 --eval-every 500; "

@@ -7,7 +7,7 @@
 Top row: the four held-out figures the gates read, in percent, with the unigram baseline, the gate's
 threshold (baseline + 10 points, or + 8 for consistency), uniform random play where it is defined,
 and the count-model estimate of what the window allows. Bottom row: the training signals. Several
-seeds: their mean as a line, min..max shaded; ablations (one seed) as dashed lines.
+seeds: their mean as a line, min..max shaded; ablations (mean over their seeds) as dashed lines.
 """
 from __future__ import annotations
 
@@ -59,10 +59,14 @@ def _seed_band(ax, series: dict, scale: float, label: str) -> None:
 
 
 def _ablations(ax, series: dict, scale: float) -> None:
-    for run, (color, name) in ABLATION_STYLE.items():
-        if run in series:
-            x, y = series[run]
-            ax.plot(x, y * scale, color=color, ls="--", lw=1.2, label=f"ablation: {name} (seed 0)")
+    """Each ablation's mean over its seeds (runs ``ablate_<name>_seed<S>``), dashed."""
+    for prefix, (color, name) in ABLATION_STYLE.items():
+        runs = [v for k, v in series.items() if k.startswith(prefix + "_seed")]
+        if runs:
+            n = min(len(x) for x, _ in runs)
+            y = np.stack([y[:n] for _, y in runs]).mean(0)
+            ax.plot(runs[0][0][:n], y * scale, color=color, ls="--", lw=1.2,
+                    label=f"ablation: {name} (mean of {len(runs)} seed{'s' if len(runs) > 1 else ''})")
 
 
 def main(curves: str, ceiling: str, out: str) -> None:
