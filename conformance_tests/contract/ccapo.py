@@ -16,13 +16,14 @@ STDB state is plain data, so a third party can build it from any store::
     }
     trajectory = {"anchors": [(loc, prev_fp), ...], "fingerprints": [fp, ...], "success": bool}
 
-An edge is keyed by its contextual anchor (Abstract_Loc(s_t), Fingerprint(a_{t-1})) and the
+An edge is keyed by its contextual anchor (Abstract_Loc(sₜ), Fingerprint(aₜ₋₁)) and the
 fingerprint of a_t; ``d_sum`` summed over successful trajectories gives d_goal = d_sum / n_succ.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, Sequence
 
+import torch
 from torch import Tensor
 
 
@@ -39,7 +40,7 @@ class CcapoOps(Protocol):
         host + URL path without scheme, query and fragment (web)."""
 
     def anchor(self, location: str, prev_fingerprint: str | None) -> tuple[str, str]:
-        """(Abstract_Loc(s_t), Fingerprint(a_{t-1})); at t = 0 (``None``) the previous action is
+        """(Abstract_Loc(sₜ), Fingerprint(aₜ₋₁)); at t = 0 (``None``) the previous action is
         the sentinel ``"<START>"``."""
 
     # ---------------------------------------------------------------- §3.2 edge scoring

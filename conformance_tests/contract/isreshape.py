@@ -39,12 +39,12 @@ class IsReshapeOps(Protocol):
     def policy_loss(self, log_prob: Tensor, ref_log_prob: Tensor, advantages: Tensor, response_mask: Tensor, *,
                     tau: float = 1.0, beta: float = 1.0, gamma_min: float = 0.0, gamma_max: float = 1.0,
                     log_ratio_clamp: float = 20.0, mask_eps: float = 1e-8) -> Tensor:
-        """[T] each -> scalar −Σ w̄·A·log π·m / (Σm + ε), w̄ = w_{γ(|A|)}(r) detached. Its gradient in
+        """[T] each -> scalar −Σ w̄·A·log π·m / (Σm + ε), w̄ = w_γ(r) with γ = γ(|A|), detached. Its gradient in
         log π is −w·A·m/(Σm + ε); no gradient reaches ref_log_prob or advantages."""
 
     def sft_loss(self, log_prob: Tensor, ref_log_prob: Tensor, response_mask: Tensor, *, tau: float = 1.0,
                  gamma_sft: float = 0.2, log_ratio_clamp: float = 20.0, mask_eps: float = 1e-8) -> Tensor:
-        """[T] each -> scalar −Σ w̄·log π·m / (Σm + ε), w̄ = w_{γ_sft}(r) detached."""
+        """[T] each -> scalar −Σ w̄·log π·m / (Σm + ε), w̄ = w_γ(r) with γ = γ_sft, detached."""
 
     def loss_metrics(self, log_prob: Tensor, ref_log_prob: Tensor, advantages: Tensor, response_mask: Tensor, *,
                      tau: float = 1.0, beta: float = 1.0, gamma_min: float = 0.0, gamma_max: float = 1.0,
@@ -58,7 +58,7 @@ class IsReshapeOps(Protocol):
 
     def sft_metrics(self, log_prob: Tensor, ref_log_prob: Tensor, response_mask: Tensor, *, tau: float = 1.0,
                     gamma_sft: float = 0.2, log_ratio_clamp: float = 20.0) -> dict[str, float]:
-        """[T] each -> {gamma: γ_sft, weight_mean: Σ w_{γ_sft}(r)·m / Σm, ratio_mean: Σ r·m / Σm}, r the
+        """[T] each -> {gamma: γ_sft, weight_mean: Σ w_γ(r)·m / Σm with γ = γ_sft, ratio_mean: Σ r·m / Σm}, r the
         clamped ratio; an empty mask raises (ISR-METRIC-4, ISR-INPUT-1)."""
 
     # ------------------------------------------------------------------ loss aggregation (issue 10)

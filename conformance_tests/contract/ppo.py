@@ -145,8 +145,8 @@ class PpoOps(Protocol):
         rollout that stops mid-episode). ``done[t]``: step t terminated its episode, so neither the
         bootstrap nor the recursion crosses it. ``truncated[t]`` (only with the
         ``terminated_truncated`` capability): the episode was cut at t, so the recursion stops but
-        the bootstrap V(s_{t+1}) is kept. δ_t = r_t + γ(1−done_t)·next_value_t − value_t,
-        A_t = δ_t + γλ(1−done_t)(1−truncated_t)·A_{t+1}, returns = A + value. γ, λ in [0, 1]."""
+        the bootstrap V(sₜ₊₁) is kept. δ_t = r_t + γ(1−done_t)·next_value_t − value_t,
+        A_t = δ_t + γλ(1−done_t)(1−truncated_t)·Aₜ₊₁, returns = A + value. γ, λ in [0, 1]."""
 
     def losses(self, actor: "torch.nn.Module", critic: "torch.nn.Module", batch: dict[str, Tensor], *,
                clip_eps: float = 0.2, vf_coef: float = 0.5, ent_coef: float = 0.01) -> dict:

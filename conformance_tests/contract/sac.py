@@ -31,7 +31,7 @@ class SacOps(Protocol):
         """[B,A] probs, [B,A] bool -> [B]: −Σ over legal actions of π log π."""
 
     def soft_value(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float) -> Tensor:
-        """[B,A] each -> [B]: Σ_{legal} π (min(q1,q2) − α log π)."""
+        """[B,A] each -> [B]: Σ over legal actions of π (min(q1,q2) − α log π)."""
 
     def top_p_select(self, probs: Tensor, legal_mask: Tensor, *, p: float) -> Tensor:
         """[B,A] probs, [B,A] bool -> [B,A] bool, detached: the smallest legal set whose mass reaches
@@ -41,7 +41,7 @@ class SacOps(Protocol):
         """[B,A] probs, [B,A] bool -> [B,A]: π restricted to the selection and renormalised."""
 
     def top_p_soft_value(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float, p: float) -> Tensor:
-        """[B,A] each -> [B]: Σ_{P} π_p (min(q1,q2) − α log π_p) over the Top-p set P."""
+        """[B,A] each -> [B]: Σ over the Top-p set P of π_p (min(q1,q2) − α log π_p)."""
 
     def td_target(self, reward: Tensor, done: Tensor, next_value: Tensor, *, gamma: float) -> Tensor:
         """[B] each (done bool or 0/1 float) -> [B]: r + γ(1−done)V. γ outside (0,1) raises."""
@@ -50,7 +50,7 @@ class SacOps(Protocol):
         """[B] each -> scalar: mean over the batch of Huber(q1−y) + Huber(q2−y); no gradient into y."""
 
     def policy_loss(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float) -> Tensor:
-        """[B,A] each -> scalar: mean over the batch of Σ_{legal} π (α log π − min(q1,q2))."""
+        """[B,A] each -> scalar: mean over the batch of Σ over legal actions of π (α log π − min(q1,q2))."""
 
     def policy_loss_top_p(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float, p: float) -> Tensor:
         """[B,A] each -> scalar: option B, the same sum over the Top-p set with π_p."""
@@ -161,16 +161,18 @@ class SacOps(Protocol):
     # the ε-clip of SAC-MASK-1/2; declared alternatives "finite", "neg_inf"); the legal-set sums and
     # the absence of NaN/inf are normative whatever the fill.
     def entropy_from_logits(self, logits: Tensor, legal_mask: Tensor) -> Tensor:
-        """[B,A] float logits, [B,A] bool -> [B]: −Σ_{legal} π log π of the masked policy (SAC-ENT-3)."""
+        """[B,A] float logits, [B,A] bool -> [B]: −Σ over legal actions of π log π of the masked policy
+        (SAC-ENT-3)."""
 
     def soft_value_from_logits(self, logits: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *,
                                alpha: float) -> Tensor:
-        """[B,A] each -> [B]: Σ_{legal} π (min(q1,q2) − α log π), π the masked policy (SAC-V-2)."""
+        """[B,A] each -> [B]: Σ over legal actions of π (min(q1,q2) − α log π), π the masked policy
+        (SAC-V-2)."""
 
     def policy_loss_from_logits(self, logits: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *,
                                 alpha: float) -> Tensor:
-        """[B,A] each -> scalar: mean over rows of Σ_{legal} π (α log π − min(q1,q2)); gradient only
-        into ``logits`` (SAC-POL-4)."""
+        """[B,A] each -> scalar: mean over rows of Σ over legal actions of π (α log π − min(q1,q2));
+        gradient only into ``logits`` (SAC-POL-4)."""
 
     # ------------------------------------------------------------------ loss level (issue 10)
     def losses(self, policy: "torch.nn.Module", critic: "torch.nn.Module", target_critic: "torch.nn.Module",
@@ -192,8 +194,8 @@ class SacOps(Protocol):
         logits are filled per the ``mask_fill`` convention.
 
         Returns a dict of tensors (TorchRL's key names):
-          loss_actor   scalar, mean_B Σ_{legal} π (α log π − min(Q1,Q2)) with the online Q detached;
-                       gradient only into the policy (SAC-POL-1)
+          loss_actor   scalar, mean_B of Σ over legal actions of π (α log π − min(Q1,Q2)) with the
+                       online Q detached; gradient only into the policy (SAC-POL-1)
           loss_qvalue  scalar, mean_B Σ_i Huber_δ(Q_i(o,a) − y), y = r + γ(1−done)·V_soft(o') from the
                        target critic and the policy at o', no gradient into y (SAC-TD-1, SAC-V-1,
                        SAC-CRITIC-1); gradient only into the critic

@@ -223,15 +223,87 @@ def _pages(site: Path) -> list[Path]:
                   if "assets" not in p.relative_to(site).parts and not p.name.startswith("_probe_"))
 
 
+# Formula source a reader must never meet as text: a reST role, a TeX control word, a TeX sub- or superscript
+# group. A formula is typeset (arithmatex, MathJax) or written out in Unicode (headings, TOC, search).
+RAW_TEX = re.compile(r":math:|\\[A-Za-z]{2,}|[_^]\{")
+
+
+def _is_python_signature(code: str) -> bool:
+    """``name(a: T, *, k=1) -> R``: a signature the spec pages show as code, Python rather than prose."""
+    import ast
+
+    if not re.match(r"[A-Za-z_]\w*\(", code.strip()):
+        return False
+    try:
+        ast.parse(f"def {code.strip()}: pass")
+    except SyntaxError:
+        return False
+    return True
+
+
+def _reader_text(page_html: str) -> list[str]:
+    """Text nodes a reader reads, inline ``<code>`` included (one string per code element, Python signatures
+    left out), outside ``<pre>`` blocks, scripts, styles, SVG and arithmatex elements (MathJax typesets
+    those). Includes <title> and the navigation/TOC."""
+    from html.parser import HTMLParser
+
+    class P(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.stack: list[tuple[str, bool]] = []
+            self.out: list[str] = []
+            self.code: list[str] | None = None
+
+        def handle_starttag(self, tag, attrs):
+            if tag in VOID:
+                return
+            classes = (dict(attrs).get("class") or "").split()
+            hidden = tag in ("pre", "script", "style", "svg") or "arithmatex" in classes
+            self.stack.append((tag, hidden))
+            if tag == "code" and self.code is None and not any(h for _, h in self.stack):
+                self.code = []
+
+        def handle_endtag(self, tag):
+            for i in range(len(self.stack) - 1, -1, -1):
+                if self.stack[i][0] == tag:
+                    del self.stack[i:]
+                    break
+            if self.code is not None and not any(t == "code" for t, _ in self.stack):
+                code, self.code = "".join(self.code), None
+                if code.strip() and not _is_python_signature(code):
+                    self.out.append(code)
+
+        def handle_data(self, data):
+            if any(h for _, h in self.stack):
+                return
+            if self.code is not None:
+                self.code.append(data)
+            elif data.strip():
+                self.out.append(data)
+
+    p = P()
+    p.feed(page_html)
+    return p.out
+
+
 def test_visible_text_has_no_raw_tex_or_markdown(site):
-    """No ``\\(``, ``$$`` or ``**`` survives into text a reader sees (headings, TOC, titles, bodies)."""
-    bad = {}
+    """No ``\\(``, ``$$`` or ``**`` survives into text a reader sees (headings, TOC, titles, bodies); and on
+    every page no formula source either, inline code included (not ``<pre>`` blocks, not Python signatures):
+    no ``:math:`` role, no TeX control word (``\\mathrm``), no TeX group (``_{``, ``^{``)."""
+    bad, tex = {}, {}
     for page in _pages(site):
-        for t in _visible_text(page.read_text(encoding="utf-8")):
+        rel, src = str(page.relative_to(site)), page.read_text(encoding="utf-8")
+        for t in _visible_text(src):
             hits = [m for m in ("\\(", "$$", "**") if m in t]
             if hits:
-                bad.setdefault(str(page.relative_to(site)), []).append((hits, t.strip()[:80]))
+                bad.setdefault(rel, []).append((hits, t.strip()[:80]))
+        for t in _reader_text(src):
+            tex.setdefault(rel, []).extend(" ".join(t[max(0, m.start() - 40):m.end() + 30].split())
+                                          for m in RAW_TEX.finditer(t))
     assert not bad, f"raw markup in rendered text: {dict(list(bad.items())[:6])}"
+    tex = dict(sorted(((k, v) for k, v in tex.items() if v), key=lambda kv: -len(kv[1])))
+    assert not tex, (f"formula source shown as text: {sum(map(len, tex.values()))} hits on {len(tex)} pages: "
+                     + "; ".join(f"{k} ({len(v)}): {v[:2]}" for k, v in list(tex.items())[:8]))
 
 
 def test_headings_and_toc_are_plain_text(site):
@@ -328,6 +400,11 @@ def test_search_index_is_plain_text_and_segments_chinese(site):
     index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
     raw = [d["location"] for d in index["docs"] if re.search(r"\\\(|\\\[|\$\$", d["title"] + d["text"])]
     assert not raw, f"search previews with raw TeX: {raw[:5]}"
+    # Nor any formula source in an entry's title or text (code included): math is written out in Unicode.
+    tex = {d["location"]: [" ".join(t[max(0, m.start() - 40):m.end() + 30].split()) for m in ms]
+           for d in index["docs"] for t in [d["title"] + " | " + d["text"]] if (ms := list(RAW_TEX.finditer(t)))}
+    assert not tex, (f"formula source in {len(tex)} of {len(index['docs'])} search entries: "
+                     + "; ".join(f"{k}: {v[:2]}" for k, v in list(tex.items())[:6]))
     assert "\\u200b" in index["config"]["separator"] or "\u200b" in index["config"]["separator"], \
         "the search separator does not split at U+200B, so jieba's segments are not separate tokens"
     han = [d for d in index["docs"] if re.search(r"[\u4e00-\u9fff]{2}", d["text"])]
@@ -383,6 +460,29 @@ def test_results_and_audit_pages_carry_provenance(site):
     stamped = [p for p in pages if "stamp lies beside this page" not in p.read_text(encoding="utf-8")]
     for fam in ("ppo", "isreshape", "ccapo"):  # the results this suite generates are stamped, not just flagged
         assert any(str(p.relative_to(site)).startswith(f"results/{fam}/results/") for p in stamped), f"results/{fam} unstamped"
+
+
+def test_every_published_page_is_reachable_from_the_home_page(site):
+    """Following links (the navigation's included) from the home page reaches every built page: a page
+    nobody can find is either linked or left out of the site."""
+    from urllib.parse import urldefrag, urljoin
+
+    pages = {p for p in _pages(site) if p.name != "404.html"}
+    seen, todo = {site / "index.html"}, [site / "index.html"]
+    while todo:
+        page = todo.pop()
+        url = "file://" + str(page)
+        for href in re.findall(r'href="([^"]+)"', page.read_text(encoding="utf-8")):
+            target = urldefrag(urljoin(url, html_lib.unescape(href)))[0]
+            if not target.startswith("file://"):
+                continue
+            path = Path(target[len("file://"):])
+            path = path / "index.html" if path.is_dir() else path
+            if path in pages and path not in seen:
+                seen.add(path)
+                todo.append(path)
+    orphans = sorted(str(p.relative_to(site)) for p in pages - seen)
+    assert not orphans, f"{len(orphans)} built page(s) no link reaches: {orphans[:10]}"
 
 
 def test_home_page_links_every_generated_page(site):
@@ -466,16 +566,28 @@ TOFU_CHECK = """async (w, d) => {
 # At phone width every display formula stays inside the viewport; one wider than its box scrolls.
 PHONE_CHECK = """async (w, d) => {
   const vw = d.documentElement.clientWidth, out = [];
+  // phones draw scrollbars only during a scroll: a box that scrolls shows edge shadows instead
+  const shadowed = cs => cs.backgroundAttachment.includes("local") && cs.backgroundImage.includes("gradient");
   let wide = 0;
   for (const m of d.querySelectorAll('mjx-container[display="true"]')) {
-    const r = m.getBoundingClientRect(), box = m.parentElement;
-    const scrolls = [m, box].some(e => ["auto", "scroll"].includes(w.getComputedStyle(e).overflowX));
-    if (m.scrollWidth > m.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1) {
-      wide += 1; if (!scrolls) out.push("cut: " + box.textContent.slice(0, 40)); }
-    if (r.right > vw + 1 || r.left < -1) out.push("outside the viewport: " + box.textContent.slice(0, 40));
+    const r = m.getBoundingClientRect(), box = m.parentElement, what = box.textContent.slice(0, 40);
+    const over = [m, box].filter(e => e.scrollWidth > e.clientWidth + 1);
+    if (over.length) {
+      wide += 1;
+      const scroller = over.find(e => ["auto", "scroll"].includes(w.getComputedStyle(e).overflowX));
+      if (!scroller) out.push("cut: " + what);
+      else if (!shadowed(w.getComputedStyle(scroller))) out.push("scrolls with no sign that it does: " + what);
+    }
+    if (r.right > vw + 1 || r.left < -1) out.push("outside the viewport: " + what);
+  }
+  // what sticks out of the viewport furthest, when the page scrolls sideways
+  let widest = null, right = vw;
+  for (const e of d.querySelectorAll("article *")) {
+    const r = e.getBoundingClientRect();
+    if (r.right > right + 1) { right = r.right; widest = `<${e.tagName.toLowerCase()}> ${e.textContent.slice(0, 60)}`; }
   }
   return {vw, pageWidth: d.documentElement.scrollWidth, formulas: d.querySelectorAll('mjx-container[display="true"]').length,
-          wide, problems: out};
+          wide, problems: out, widest};
 }"""
 
 
@@ -538,6 +650,48 @@ def test_chinese_renders_from_the_shipped_font_without_cjk_fonts(site, served, t
         assert r["distinct"] == r["n"], f"{target}: two different characters render the same: {r}"
 
 
+# At phone width: each plot on a page keeps at least its drawn size (a 2000 px figure shrunk to a 390 px
+# column has 2 px labels), and one wider than the column scrolls in its own box that says so (phones
+# draw scrollbars only during a scroll).
+FIGURE_CHECK = """async (w, d) => {
+  const vw = d.documentElement.clientWidth, out = [];
+  const imgs = [...d.querySelectorAll('article img')];
+  await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; })));
+  for (const img of imgs) {
+    const name = img.getAttribute("src"), shown = img.getBoundingClientRect().width, box = img.parentElement;
+    if (!img.naturalWidth) { out.push("not loaded: " + name); continue; }
+    if (shown < img.naturalWidth - 1) out.push(`${name}: shown ${Math.round(shown)} px wide, drawn ${img.naturalWidth} px`);
+    if (box.scrollWidth > box.clientWidth + 1) {
+      if (!["auto", "scroll"].includes(w.getComputedStyle(box).overflowX)) out.push(`${name}: cut at the column`);
+      else if (!/scroll/.test(w.getComputedStyle(box, "::before").content)) out.push(`${name}: scrolls with no sign that it does`);
+    }
+  }
+  return {vw, pageWidth: d.documentElement.scrollWidth, images: imgs.length, problems: out};
+}"""
+
+
+def _figure_pages() -> list[str]:
+    """Every docs page that shows a PNG plot, as its site URL."""
+    docs = REPO / "docs"
+    out = []
+    for md in sorted(docs.rglob("*.md")):
+        if re.search(r"!\[[^\]]*\]\([^)]+\.png\)", md.read_text(encoding="utf-8")):
+            rel = md.relative_to(docs).with_suffix("")
+            out.append((str(rel.parent) if rel.name in ("index", "README") else str(rel)) + "/")
+    return out
+
+
+def test_plots_keep_a_readable_size_on_a_phone(site, served, tmp_path):
+    targets = _figure_pages()
+    assert len(targets) >= 8, targets  # the results pages with plots
+    results = _probe(site, served, tmp_path, targets, FIGURE_CHECK, width=390,
+                     shot=("results/sac/results/", "rlconform-site-sac-results-390.png"))
+    for target, r in results.items():
+        assert r["images"] >= 1, f"{target}: no plot found on the page"
+        assert not r["problems"], f"{target} at 390 px: {r['problems'][:5]}"
+        assert r["pageWidth"] <= r["vw"] + 1, f"{target}: the page scrolls sideways at 390 px ({r})"
+
+
 def test_display_math_fits_a_phone(spec_pages_on_a_phone):
     families = default_spec().families
     results = spec_pages_on_a_phone
@@ -545,4 +699,5 @@ def test_display_math_fits_a_phone(spec_pages_on_a_phone):
         r = results[f"spec/{fam}/"]
         assert r["vw"] <= 390 and r["formulas"] >= sum(1 for c in f.clauses if c.formula), r
         assert not r["problems"], f"spec/{fam} at 390 px: {r['problems'][:5]}"
-        assert r["pageWidth"] <= r["vw"] + 1, f"spec/{fam}: the page scrolls sideways at 390 px ({r})"
+        assert r["pageWidth"] <= r["vw"] + 1, (
+            f"spec/{fam}: the page scrolls sideways at 390 px ({r['pageWidth']} px wide): {r['widest']}")

@@ -78,7 +78,8 @@ def micro_reward(q, edge_seen, is_loop) -> torch.Tensor:
 
 
 def micro_raw_advantage(r_micro, v_bar, anchor_seen) -> torch.Tensor:
-    r"""Historical-baseline advantage: A^{raw} = R_{micro} - \bar V(S_{anchor}), 0 for an unseen anchor.
+    r"""Historical-baseline advantage: :math:`A^{raw} = R_{micro} - \bar V(S_{anchor})`, 0 for an unseen
+    anchor.
 
     Implements: CCAPO-MICRO-2
     """
@@ -109,7 +110,7 @@ def micro_advantage(raw, *, sigma_min: float = 0.1, valid=None) -> torch.Tensor:
 
 
 def fuse_advantages(a_macro, a_micro, *, beta: float = 0.5) -> torch.Tensor:
-    r"""A_{total}(t) = A^{(i)}_{macro} + \beta A^{(i,t)}_{micro}.
+    r""":math:`A_{total}(t) = A^{(i)}_{macro} + \beta A^{(i,t)}_{micro}`.
 
     Implements: CCAPO-FUSE-1
     """

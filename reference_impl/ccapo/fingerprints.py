@@ -97,7 +97,8 @@ def abstract_location(raw_location: str, *, domain: str) -> str:
 
 
 def anchor(location: str, prev_fingerprint: str | None) -> tuple[str, str]:
-    """S_anchor = (Abstract_Loc(s_t), Fingerprint(a_{t-1})), START at t = 0. Implements: CCAPO-ANCHOR-1."""
+    r""":math:`S_{anchor} = (\mathrm{Abstract\_Loc}(s_t), \mathrm{Fingerprint}(a_{t-1}))`, START at t = 0.
+    Implements: CCAPO-ANCHOR-1."""
     return (location, START if prev_fingerprint is None else prev_fingerprint)
 
 

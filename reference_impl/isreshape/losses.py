@@ -22,7 +22,8 @@ def _token_weights(log_prob, ref_log_prob, advantages, *, tau, beta, gamma_min, 
 def policy_loss(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, advantages: torch.Tensor,
                 response_mask: torch.Tensor, *, tau: float = 1.0, beta: float = 1.0, gamma_min: float = 0.0,
                 gamma_max: float = 1.0, log_ratio_clamp: float = 20.0, mask_eps: float = 1e-8) -> torch.Tensor:
-    r"""L = -\sum_t \bar w_t A_t \log\pi_t m_t / (\sum_t m_t + \epsilon), \bar w = \mathrm{sg}[w_{\gamma(|A|)}(r)].
+    r""":math:`L = -\sum_t \bar w_t A_t \log\pi_t m_t / (\sum_t m_t + \epsilon)`,
+    :math:`\bar w = \mathrm{sg}[w_{\gamma(|A|)}(r)]`.
 
     The gradient in log pi is -w A m / (sum m + eps). The document's code leaves out the log pi factor,
     which makes the loss a constant with zero gradient; this is the corrected surrogate.
@@ -41,7 +42,8 @@ def policy_loss(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, advantages: 
 def sft_loss(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, response_mask: torch.Tensor, *,
              tau: float = 1.0, gamma_sft: float = 0.2, log_ratio_clamp: float = 20.0,
              mask_eps: float = 1e-8) -> torch.Tensor:
-    r"""L_{SFT} = -\sum_t \bar w_t \log\pi_t m_t / (\sum_t m_t + \epsilon), \bar w = \mathrm{sg}[w_{\gamma_{sft}}(r)].
+    r""":math:`L_{SFT} = -\sum_t \bar w_t \log\pi_t m_t / (\sum_t m_t + \epsilon)`,
+    :math:`\bar w = \mathrm{sg}[w_{\gamma_{sft}}(r)]`.
 
     Implements: ISR-SFT-1
     """
@@ -66,8 +68,8 @@ def sft_weights(log_prob, ref_log_prob, response_mask, *, tau: float, gamma_sft:
 def loss_metrics(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, advantages: torch.Tensor,
                  response_mask: torch.Tensor, *, tau: float = 1.0, beta: float = 1.0, gamma_min: float = 0.0,
                  gamma_max: float = 1.0, log_ratio_clamp: float = 20.0) -> dict[str, float]:
-    r"""Masked diagnostics: \bar x = \sum_t x_t m_t / \sum_t m_t for gamma, w, w_SAPO, r, |A|; kl = mean of
-    -\log r (clamped); gamma_std is the Bessel-corrected std over masked tokens (0 for <= 1 token);
+    r"""Masked diagnostics: :math:`\bar x = \sum_t x_t m_t / \sum_t m_t` for gamma, w, w_SAPO, r, |A|; kl =
+    mean of :math:`-\log r` (clamped); gamma_std is the Bessel-corrected std over masked tokens (0 for <= 1 token);
     weight_max the max over masked tokens.
 
     Implements: ISR-METRIC-1, ISR-METRIC-2, ISR-METRIC-3

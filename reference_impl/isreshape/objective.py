@@ -7,7 +7,7 @@ from reference_impl.isreshape._guards import check_gamma, check_ratio, check_tau
 
 
 def reshape_f(ratio: torch.Tensor, gamma, *, tau: float = 1.0) -> torch.Tensor:
-    r"""f_\gamma(r) = (1-\gamma)\log r + \gamma\,\tfrac{2}{\tau}\tanh(\tau(r-1)/2).
+    r""":math:`f_\gamma(r) = (1-\gamma)\log r + \gamma\,\tfrac{2}{\tau}\tanh(\tau(r-1)/2)`.
 
     r f'_\gamma(r) = w_\gamma(r); f_0 = log r; f_1 = f_SAPO - 2/tau.
     Implements: ISR-F-1, ISR-F-2, ISR-F-3
@@ -22,7 +22,8 @@ def reshape_f(ratio: torch.Tensor, gamma, *, tau: float = 1.0) -> torch.Tensor:
 
 
 def sapo_gate(ratio: torch.Tensor, *, tau: float = 1.0) -> torch.Tensor:
-    r"""f_{SAPO}(r) = \sigma(\tau(r-1))\cdot 4/\tau, whose r f'(r) is w_SAPO (4\sigma(1-\sigma)(x) = \mathrm{sech}^2(x/2)).
+    r""":math:`f_{SAPO}(r) = \sigma(\tau(r-1))\cdot 4/\tau`, whose :math:`r f'(r)` is :math:`w_{SAPO}`
+    (:math:`4\sigma(1-\sigma)(x) = \mathrm{sech}^2(x/2)`).
 
     Implements: ISR-SAPO-2
     """

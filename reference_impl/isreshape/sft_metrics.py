@@ -9,7 +9,8 @@ from reference_impl.isreshape.losses import sft_weights
 
 def sft_metrics(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, response_mask: torch.Tensor, *,
                 tau: float = 1.0, gamma_sft: float = 0.2, log_ratio_clamp: float = 20.0) -> dict[str, float]:
-    r"""{gamma: γ_sft, weight_mean: Σ w_{γ_sft}(r)·m / Σ m, ratio_mean: Σ r·m / Σ m}, r clamped as in the loss.
+    r"""{gamma: :math:`\gamma_{sft}`, weight_mean: :math:`\sum w_{\gamma_{sft}}(r)\,m / \sum m`, ratio_mean:
+    :math:`\sum r\,m / \sum m`}, r clamped as in the loss.
 
     Implements: ISR-METRIC-4
     """

@@ -9,7 +9,7 @@ from reference_impl.isreshape._guards import (
 
 
 def importance_ratio(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, *, log_ratio_clamp: float = 20.0) -> torch.Tensor:
-    r"""r = \exp(\mathrm{clamp}(\log\pi - \log\mu, -c, c)), c = 20.
+    r""":math:`r = \exp(\mathrm{clamp}(\log\pi - \log\mu, -c, c))`, :math:`c = 20`.
 
     Computed in float32 for half inputs and returned in the input dtype (where e^20 may be inf).
     Implements: ISR-RATIO-1
@@ -22,7 +22,7 @@ def importance_ratio(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, *, log_
 
 def reward_gamma(advantages: torch.Tensor, *, beta: float = 1.0, gamma_min: float = 0.0,
                  gamma_max: float = 1.0) -> torch.Tensor:
-    r"""\gamma(|A|) = \gamma_{min} + (\gamma_{max}-\gamma_{min})\,\sigma(\beta|A|).
+    r""":math:`\gamma(|A|) = \gamma_{min} + (\gamma_{max}-\gamma_{min})\,\sigma(\beta|A|)`.
 
     Even in A; with beta >= 0 it never drops below the midpoint (gamma_min + gamma_max) / 2.
     Implements: ISR-GAMMA-1, ISR-GAMMA-2
@@ -44,7 +44,7 @@ def _sapo(ratio: torch.Tensor, tau) -> torch.Tensor:
 
 
 def sapo_weight(ratio: torch.Tensor, *, tau: float = 1.0) -> torch.Tensor:
-    r"""w_{SAPO}(r) = r\,\mathrm{sech}^2(\tau(r-1)/2).
+    r""":math:`w_{SAPO}(r) = r\,\mathrm{sech}^2(\tau(r-1)/2)`.
 
     Implements: ISR-SAPO-1
     """
@@ -54,7 +54,8 @@ def sapo_weight(ratio: torch.Tensor, *, tau: float = 1.0) -> torch.Tensor:
 
 
 def sapo_weight_signed(ratio: torch.Tensor, advantages: torch.Tensor, *, tau_pos: float, tau_neg: float) -> torch.Tensor:
-    r"""SAPO's sign-selected temperature: r\,\mathrm{sech}^2(\tau_\pm(r-1)/2), \tau_+ if A>0 else \tau_-.
+    r"""SAPO's sign-selected temperature: :math:`r\,\mathrm{sech}^2(\tau_\pm(r-1)/2)`, :math:`\tau_+` if
+    :math:`A > 0` else :math:`\tau_-`.
 
     Implements: ISR-SAPO-3
     """
@@ -68,7 +69,7 @@ def sapo_weight_signed(ratio: torch.Tensor, advantages: torch.Tensor, *, tau_pos
 
 
 def reshape_weight(ratio: torch.Tensor, gamma, *, tau: float = 1.0) -> torch.Tensor:
-    r"""w_\gamma(r) = (1-\gamma) + \gamma\, r\,\mathrm{sech}^2(\tau(r-1)/2).
+    r""":math:`w_\gamma(r) = (1-\gamma) + \gamma\, r\,\mathrm{sech}^2(\tau(r-1)/2)`.
 
     ``gamma`` is a float or a tensor broadcastable to ``ratio``. w(1) = 1; w -> 1 - gamma as r -> 0
     or r -> infinity (the soft trust region).

@@ -17,7 +17,7 @@ def _weighted_soft(pi: torch.Tensor, q: torch.Tensor, support: torch.Tensor, alp
 
 
 def soft_value(probs, q1, q2, legal_mask, *, alpha) -> torch.Tensor:
-    r"""V_soft(s') = Σ_{a∈A(s')} π(a|o') [min_i Q'_i(o',a) − α log π(a|o')].
+    r""":math:`V_{soft}(s') = \sum_{a \in A(s')} \pi(a|o')\,[\min_i Q'_i(o',a) - \alpha \log \pi(a|o')]`.
 
     Implements: SAC-V-1.
     """
@@ -173,7 +173,7 @@ _METHODS = {"auto": _select_by_plan, "threshold": _select_threshold_by_chunks, "
 
 def top_p_select(probs: torch.Tensor, legal_mask: torch.Tensor, *, p: float, method: str = "auto"
                  ) -> torch.Tensor:
-    r"""The smallest legal set P with Σ_{a∈P} π(a) ≥ p, as a detached bool mask.
+    r"""The smallest legal set P with :math:`\sum_{a \in P} \pi(a) \ge p`, as a detached bool mask.
 
     Legal actions are ranked by decreasing probability, ties by lower action id; an action is kept
     iff the mass ranked before it is < p, so the action whose mass reaches p exactly is kept and the
@@ -201,7 +201,7 @@ def top_p_probs(probs: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
 
 
 def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p: float, method: str = "auto") -> torch.Tensor:
-    r"""\hat V_soft(s') = Σ_{a∈P} π_p(a) [min_i Q'_i(o',a) − α log π_p(a)].
+    r""":math:`\hat V_{soft}(s') = \sum_{a \in P} \pi_p(a)\,[\min_i Q'_i(o',a) - \alpha \log \pi_p(a)]`.
 
     Implements: SAC-TOPP-3.
     """
@@ -212,7 +212,7 @@ def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p: float, method: str 
 
 
 def td_target(reward, done, next_value, *, gamma: float) -> torch.Tensor:
-    r"""y = r + γ (1 − done) \hat V_soft(s'): no bootstrap through a terminal step.
+    r""":math:`y = r + \gamma\,(1 - \mathrm{done})\,\hat V_{soft}(s')`: no bootstrap through a terminal step.
 
     Implements: SAC-TD-1 (bad input: SAC-INPUT-4).
     """

@@ -16,7 +16,7 @@ LOSSES_BATCH_KEYS = ("obs", "next_obs", "action", "reward", "done", "legal_mask"
 
 
 def entropy_from_logits(logits: torch.Tensor, legal_mask: torch.Tensor) -> torch.Tensor:
-    r"""H = −Σ_{a∈A(s)} π log π with π the stable masked policy of ``logits``.
+    r""":math:`H = -\sum_{a \in A(s)} \pi \log \pi` with π the stable masked policy of ``logits``.
 
     Implements: SAC-ENT-3 (through SAC-MASK-1/2 and SAC-ENT-2).
     """
@@ -24,7 +24,8 @@ def entropy_from_logits(logits: torch.Tensor, legal_mask: torch.Tensor) -> torch
 
 
 def soft_value_from_logits(logits, q1, q2, legal_mask, *, alpha) -> torch.Tensor:
-    r"""V_soft = Σ_{a∈A(s)} π (min(q1, q2) − α log π) with π the stable masked policy of ``logits``.
+    r""":math:`V_{soft} = \sum_{a \in A(s)} \pi\,(\min(q_1, q_2) - \alpha \log \pi)` with π the stable masked
+    policy of ``logits``.
 
     Implements: SAC-V-2 (through SAC-MASK-1/2 and SAC-V-1).
     """
@@ -32,7 +33,8 @@ def soft_value_from_logits(logits, q1, q2, legal_mask, *, alpha) -> torch.Tensor
 
 
 def policy_loss_from_logits(logits, q1, q2, legal_mask, *, alpha) -> torch.Tensor:
-    r"""L_π = E_o Σ_{a∈A(s)} π (α log π − min(q1, q2)), gradient only into ``logits``.
+    r""":math:`L_\pi = E_o \sum_{a \in A(s)} \pi\,(\alpha \log \pi - \min(q_1, q_2))`, gradient only into
+    ``logits``.
 
     Implements: SAC-POL-4 (through SAC-MASK-1/2 and SAC-POL-1).
     """

@@ -18,7 +18,8 @@ ALPHA_MIN, ALPHA_MAX = 1e-4, 2.0  # SAC-TEMP-3
 
 
 def critic_loss(q1_taken, q2_taken, target, *, delta: float = 1.0) -> torch.Tensor:
-    r"""L_Q = E_B Σ_{i=1,2} Huber_δ(Q_i(o,a) − y), with y a constant (no gradient into the target).
+    r""":math:`L_Q = E_B \sum_{i=1,2} \mathrm{Huber}_\delta(Q_i(o,a) - y)`, with y a constant (no gradient into
+    the target).
 
     Implements: SAC-CRITIC-1.
     """
@@ -31,7 +32,7 @@ def critic_loss(q1_taken, q2_taken, target, *, delta: float = 1.0) -> torch.Tens
 
 
 def policy_loss(probs, q1, q2, legal_mask, *, alpha) -> torch.Tensor:
-    r"""Option A: L_π = E_o Σ_{a∈A(s)} π(a|o) [α log π(a|o) − min_i Q_i(o,a)].
+    r"""Option A: :math:`L_\pi = E_o \sum_{a \in A(s)} \pi(a|o)\,[\alpha \log \pi(a|o) - \min_i Q_i(o,a)]`.
 
     Q is a constant here; only π carries gradient.
 
@@ -61,7 +62,8 @@ def clamp_log_alpha(log_alpha, *, alpha_min: float = ALPHA_MIN, alpha_max: float
 
 def temperature_update(log_alpha, entropy, target_entropy, *, lr: float,
                        alpha_min: float = ALPHA_MIN, alpha_max: float = ALPHA_MAX) -> torch.Tensor:
-    r"""\tilde α ← \tilde α + η_α · E_o[H_tgt(s) − H(π(·|o))], then α clamped to [1e-4, 2].
+    r""":math:`\tilde\alpha \leftarrow \tilde\alpha + \eta_\alpha \cdot E_o[H_{tgt}(s) - H(\pi(\cdot|o))]`, then α
+    clamped to [1e-4, 2].
 
     An entropy deficit (H < H_tgt) raises α.
 
@@ -83,7 +85,8 @@ def temperature_loss(log_alpha, entropy, target_entropy) -> torch.Tensor:
 
 
 def cql_penalty(q_all, actions, *, lam: float = 0.5, legal_mask=None) -> torch.Tensor:
-    r"""L_CQL = λ (E_o[log Σ_{a∈A(s)} exp Q(o,a)] − E_{(o,a)∼B}[Q(o,a)]) for one critic.
+    r""":math:`L_{CQL} = \lambda\,(E_o[\log \sum_{a \in A(s)} \exp Q(o,a)] - E_{(o,a)\sim B}[Q(o,a)])` for one
+    critic.
 
     The log-sum-exp runs over the legal set (errata of SAC-CQL-1); ``legal_mask=None`` means every
     action is legal.
@@ -101,7 +104,8 @@ def cql_penalty(q_all, actions, *, lam: float = 0.5, legal_mask=None) -> torch.T
 
 
 def bc_loss(log_probs, actions, is_demo, *, lam: float = 0.1) -> torch.Tensor:
-    r"""L_BC = λ_BC · E_{(o,a*)∈B_demo}[−log π(a*|o)]; agent samples never contribute.
+    r""":math:`L_{BC} = \lambda_{BC} \cdot E_{(o,a^*) \in B_{demo}}[-\log \pi(a^*|o)]`; agent samples never
+    contribute.
 
     Implements: SAC-BC-1.
     """
@@ -116,8 +120,8 @@ def bc_loss(log_probs, actions, is_demo, *, lam: float = 0.1) -> torch.Tensor:
 # ----------------------------------------------------------------------------- totals (appended)
 def critic_loss_total(q1_all, q2_all, actions, target, *, legal_mask=None, delta: float = 1.0,
                       lam_cql: float = 0.5, use_cql: bool = True) -> torch.Tensor:
-    r"""L_Q^tot = L_Q + Σ_{i=1,2} L_CQL(φ_i): the Huber loss of both critics at the taken actions plus,
-    when ``use_cql``, one CQL term per critic (log-sum-exp over the legal set).
+    r""":math:`L_Q^{tot} = L_Q + \sum_{i=1,2} L_{CQL}(\phi_i)`: the Huber loss of both critics at the taken
+    actions plus, when ``use_cql``, one CQL term per critic (log-sum-exp over the legal set).
 
     Implements: SAC-CRITIC-2.
     """

@@ -70,7 +70,7 @@ def target_entropy(legal_mask: torch.Tensor, *, kappa: float = 0.9, dtype: torch
 
 
 def entropy(probs: torch.Tensor, legal_mask: torch.Tensor) -> torch.Tensor:
-    r"""H(π) = −Σ_{a∈A(s)} π log π over the legal set (illegal entries carry only the ε-clip).
+    r""":math:`H(\pi) = -\sum_{a \in A(s)} \pi \log \pi` over the legal set (illegal entries carry only the ε-clip).
 
     Implements: SAC-ENT-2.
     """

@@ -9,8 +9,9 @@ from reference_impl import _checks
 
 
 def ngram_coverage(agent_text: str, ref_text: str, *, n: int = 3, window: int = 64) -> float:
-    r"""cov_t = (1/|S_t|) Σ_{x∈S_t} 1[x ∈ G_t]: the share of the agent's n-grams (last W characters,
-    counted with multiplicity) found among the reference window's n-grams. No n-gram yet gives 0.
+    r""":math:`\mathrm{cov}_t = (1/|S_t|) \sum_{x \in S_t} \mathbf{1}[x \in G_t]`: the share of the agent's
+    n-grams (last W characters, counted with multiplicity) found among the reference window's n-grams.
+    No n-gram yet gives 0.
 
     Implements: SAC-COV-1.
     """
@@ -25,7 +26,8 @@ def ngram_coverage(agent_text: str, ref_text: str, *, n: int = 3, window: int = 
 
 
 def info_nce(query, positive, negatives, *, tau: float = 0.07) -> torch.Tensor:
-    r"""nce = log e^{⟨q,\bar f(x^+)⟩/τ} / (e^{⟨q,\bar f(x^+)⟩/τ} + Σ_{x^-} e^{⟨q,\bar f(x^-)⟩/τ}), per row.
+    r""":math:`\mathrm{nce} = \log e^{z(x^+)} / (e^{z(x^+)} + \sum_{x^-} e^{z(x^-)})`, per row, with
+    :math:`z(x) = \langle q, \bar f(x)\rangle/\tau`.
 
     ``query`` [B,d] comes from the online encoder; ``positive`` [B,d] and ``negatives`` [B,K,d] or
     a shared queue [K,d] come from the EMA target encoder and receive no gradient.
@@ -70,7 +72,7 @@ def step_reward(cov_norm, nce_norm, garble, illegal, *, lam_cov: float = 1.0, la
 
 
 def shaped_reward(reward, phi_s, phi_next, done, *, gamma: float) -> torch.Tensor:
-    r"""r' = r + γ Φ(s_{t+1}) − Φ(s_t), with Φ of a terminal state taken as 0.
+    r""":math:`r' = r + \gamma\,\Phi(s_{t+1}) - \Phi(s_t)`, with Φ of a terminal state taken as 0.
 
     Implements: SAC-SHAPE-1.
     """

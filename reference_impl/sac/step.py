@@ -39,7 +39,8 @@ BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done", "is_demo", "legal_m
 
 
 def init_target(critic: torch.nn.Module) -> torch.nn.Module:
-    r"""\bar φ_i ← φ_i: a frozen deep copy of the online critics (equal values, separate storage).
+    r""":math:`\bar\phi_i \leftarrow \phi_i`: a frozen deep copy of the online critics (equal values, separate
+    storage).
 
     Implements: SAC-TARGET-2.
     """

@@ -7,7 +7,8 @@ from reference_impl import _checks
 
 
 def soft_update(target: torch.Tensor, online: torch.Tensor, *, tau: float) -> torch.Tensor:
-    r"""\bar φ ← τ φ + (1 − τ) \bar φ (returns the new target; trainers apply it in place).
+    r""":math:`\bar\phi \leftarrow \tau\phi + (1 - \tau)\,\bar\phi` (returns the new target; trainers apply it
+    in place).
 
     Implements: SAC-TARGET-1.
     """
@@ -27,7 +28,8 @@ def soft_update_(targets: list[torch.Tensor], onlines: list[torch.Tensor], *, ta
 
 
 def ema_update(target: torch.Tensor, online: torch.Tensor, *, m: float) -> torch.Tensor:
-    r"""\bar f ← m \bar f + (1 − m) f: the same average as :func:`soft_update` with τ = 1 − m.
+    r""":math:`\bar f \leftarrow m\,\bar f + (1 - m)\,f`: the same average as :func:`soft_update` with
+    τ = 1 − m.
 
     Implements: SAC-NCE-3.
     """
@@ -36,8 +38,9 @@ def ema_update(target: torch.Tensor, online: torch.Tensor, *, m: float) -> torch
 
 
 def popart_step(mu, var, x, *, beta: float = 1e-3, eps: float = 1e-8):
-    r"""One PopArt/EMA step: μ_t = (1−β)μ_{t−1} + βx_t, σ_t² = (1−β)σ_{t−1}² + β(x_t − μ_t)²,
-    N(x_t) = (x_t − μ_t)/(σ_t + ε). The variance uses the *new* mean μ_t.
+    r"""One PopArt/EMA step: :math:`\mu_t = (1-\beta)\,\mu_{t-1} + \beta x_t`,
+    :math:`\sigma_t^2 = (1-\beta)\,\sigma_{t-1}^2 + \beta(x_t - \mu_t)^2`,
+    :math:`N(x_t) = (x_t - \mu_t)/(\sigma_t + \epsilon)`. The variance uses the *new* mean μ_t.
 
     Returns ``(normalised, mu_t, var_t)``; tensors broadcast (independent streams).
 

@@ -9,7 +9,7 @@ import textwrap
 
 from conformance_tests import contract
 from tools.site.introspect import signature
-from tools.site.markup import cell, text
+from tools.site.markup import docstring_markdown
 
 
 def contract_families() -> list[str]:
@@ -37,7 +37,8 @@ def contract_page(family: str) -> str:
 
 
 def _doc_block(doc: str) -> str:
-    """A docstring as Markdown paragraphs (``code`` becomes `code`; *emphasis* is kept)."""
+    """A docstring as Markdown paragraphs (:func:`docstring_markdown`: ``code`` becomes `code`, ``:math:``
+    roles inline math; *emphasis* is kept)."""
     out = []
     for p in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
         lines = [ln for ln in p.splitlines() if ln.strip()]
@@ -46,15 +47,19 @@ def _doc_block(doc: str) -> str:
         if all(ln[:1].isspace() for ln in lines):  # an indented (reST literal) block
             out.append("```python\n" + textwrap.dedent(p.strip("\n")) + "\n```")
         else:
-            out.append(text(re.sub(r"::$", ":", p.rstrip()).replace("``", "`"), emphasis=True))
+            out.append(docstring_markdown(re.sub(r"::$", ":", p.rstrip()), emphasis=True))
     return "\n\n".join(out)
 
 
+# Where a summary may be cut: a space outside ``code``, :math:`roles` and `code`.
+_UNCUT = re.compile(r"``.*?``|:[a-z]+:`[^`]*`|`[^`]*`")
+
+
 def _summary(doc: str | None, limit: int = 150) -> str:
-    """The docstring's first paragraph, cut at a word boundary."""
-    para = " ".join(re.split(r"\n\s*\n", inspect.cleandoc(doc or ""))[0].split()).replace("``", "`")
+    """The docstring's first paragraph, cut at a word boundary outside code and math."""
+    para = " ".join(re.split(r"\n\s*\n", inspect.cleandoc(doc or ""))[0].split())
     if len(para) > limit:
-        para = para[:limit].rsplit(" ", 1)[0] + " …"
-        if para.count("`") % 2:
-            para = para.replace(" …", "` …")
-    return cell(para, emphasis=True)
+        spans = [m.span() for m in _UNCUT.finditer(para)]
+        cuts = [i for i, ch in enumerate(para[:limit + 1]) if ch == " " and not any(a < i < b for a, b in spans)]
+        para = para[:cuts[-1]] + " …" if cuts else para
+    return docstring_markdown(para, emphasis=True, table=True)

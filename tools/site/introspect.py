@@ -1,9 +1,10 @@
 """The reference functions a clause names (``implemented_by``) and the contract's operations: imported by
-dotted path, their signatures written as in the source, their docstrings' first lines."""
+dotted path, their signatures written as in the source, their docstrings' first lines and summaries."""
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from typing import Any, Callable
 
 
@@ -61,3 +62,9 @@ def first_line(doc: str | None) -> str:
         if ln.strip():
             return ln.strip()
     return ""
+
+
+def summary(doc: str | None) -> str:
+    """A docstring's first paragraph, whitespace folded: its summary, whole where it wraps over several lines
+    (a sentence or a ``:math:`` role cut at a line end would show half of itself)."""
+    return " ".join(re.split(r"\n\s*\n", inspect.cleandoc(doc or "").strip(), maxsplit=1)[0].split())

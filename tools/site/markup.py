@@ -11,6 +11,11 @@ _CLAUSE_RE = re.compile(r"(?<![A-Za-z0-9-])((?:SAC|PPO|ISR|CCAPO)(?:-[A-Z0-9]+)+
 
 
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+# A code span, or inline math as pymdownx.arithmatex (generic, smart dollar) finds it: ``$$..$$``, ``$..$`` with
+# no space inside either dollar, ``\(..\)``. Markdown hands math to arithmatex before its own escapes and
+# emphasis, so what is between the delimiters must reach it as written (no HTML or Markdown escaping).
+_SPAN = re.compile(r"(?P<code>(?P<ticks>`+).+?(?P=ticks))"
+                   r"|(?P<math>\$\$.+?\$\$|(?<!\\)\$(?!\s)(?:\\.|[^\\$])+?(?<!\s)\$|\\\((?:\\[^)]|[^\\])+?\\\))")
 
 
 def _outside_code(s: str, fn: Callable[[str], str]) -> str:
@@ -22,19 +27,49 @@ def _outside_code(s: str, fn: Callable[[str], str]) -> str:
     return "".join(out + [fn(s[pos:])])
 
 
+def _outside_code_and_math(s: str, fn: Callable[[str], str], math: Callable[[str], str] = str) -> str:
+    """Apply ``fn`` to the parts of ``s`` outside code spans and inline math, ``math`` to each math span."""
+    out, pos = [], 0
+    for m in _SPAN.finditer(s):
+        out += [fn(s[pos:m.start()]), m.group(0) if m.group("code") else math(m.group(0))]
+        pos = m.end()
+    return "".join(out + [fn(s[pos:])])
+
+
 def text(s: Any, *, emphasis: bool = False) -> str:
-    """Prose as Markdown: whitespace folded, HTML escaped (and ``*`` unless ``emphasis``), `code` kept."""
+    """Prose as Markdown: whitespace folded, HTML escaped (and ``*`` unless ``emphasis``), `code` and inline
+    math (``$..$``, ``\\(..\\)``) kept as written."""
     s = " ".join(str(s).split())
     def esc(t: str) -> str:
         t = html.escape(t, quote=False).replace("[", r"\[").replace("]", r"\]")  # "[B] (x)" is no link
         return t if emphasis else t.replace("*", r"\*")
 
-    return _outside_code(s, esc)
+    return _outside_code_and_math(s, esc)
 
 
 def cell(s: Any, **kw) -> str:
-    """Like :func:`text`, safe inside a table cell."""
-    return _outside_code(text(s, **kw), lambda t: t.replace("|", "&#124;"))
+    """Like :func:`text`, safe inside a table cell (a ``|`` in math becomes ``\\vert{}``: the table splits
+    cells before arithmatex runs)."""
+    return _outside_code_and_math(text(s, **kw), lambda t: t.replace("|", "&#124;"),
+                                  lambda m: m.replace("|", r"\vert{}"))
+
+
+# A reST role: :math:`x`, :func:`name`, :py:class:`~a.b.C` ...
+_ROLE = re.compile(r":(?:py:)?([a-z]+):`([^`]+)`")
+
+
+def docstring_markdown(s: Any, *, emphasis: bool = False, table: bool = False) -> str:
+    """Docstring prose (reST) as Markdown: ``:math:`X``` becomes inline math ``$X$`` that arithmatex
+    typesets, ````code```` and other roles (``:func:`name```) become `code`; then escaped as :func:`text`
+    (as :func:`cell` with ``table``)."""
+    def role(m: re.Match) -> str:
+        name, body = m.group(1), m.group(2).strip()
+        if name == "math":
+            return f"${body}$" if "$" not in body else f"\\({body}\\)"
+        return f"`{body.lstrip('~').rsplit('.', 1)[-1] if body.startswith('~') else body}`"
+
+    md = _ROLE.sub(role, " ".join(str(s).split())).replace("``", "`")
+    return cell(md, emphasis=emphasis) if table else text(md, emphasis=emphasis)
 
 
 def rel(from_page: str, to_page: str) -> str:
@@ -53,7 +88,7 @@ def linkify(markdown: str, spec, from_page: str) -> str:
     def link(m: re.Match) -> str:
         return clause_link(spec, m.group(1), from_page) if m.group(1) in spec.clauses else m.group(0)
 
-    return _outside_code(markdown, lambda t: _CLAUSE_RE.sub(link, t))
+    return _outside_code_and_math(markdown, lambda t: _CLAUSE_RE.sub(link, t))
 
 
 _FENCED = re.compile(r"(^(?:```|~~~).*?^(?:```|~~~)[^\n]*$)", flags=re.M | re.S)
@@ -94,24 +129,57 @@ _TEX_WORDS = {
     "Omega": "Ω", "nabla": "∇", "partial": "∂", "sum": "Σ", "prod": "∏", "infty": "∞", "cdot": "·",
     "times": "×", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "approx": "≈",
     "to": "→", "rightarrow": "→", "leftarrow": "←", "Rightarrow": "⇒", "mapsto": "↦", "in": "∈",
-    "notin": "∉", "subseteq": "⊆", "cup": "∪", "cap": "∩", "sim": "~", "mid": "|", "pm": "±", "ll": "≪",
-    "gg": "≫", "sqrt": "√", "propto": "∝", "equiv": "≡", "ldots": "…", "cdots": "⋯", "dots": "…",
-    "lbrace": "{", "rbrace": "}", "{": "{", "}": "}", "%": "%", "_": "_", "&": "&", "|": "‖",
+    "notin": "∉", "subseteq": "⊆", "cup": "∪", "cap": "∩", "sim": "∼", "mid": "|", "pm": "±", "mp": "∓",
+    "ll": "≪", "gg": "≫", "sqrt": "√", "propto": "∝", "equiv": "≡", "ldots": "…", "cdots": "⋯", "dots": "…",
+    "ell": "ℓ", "langle": "⟨", "rangle": "⟩", "vert": "|", "lvert": "|", "rvert": "|", "ast": "*", "star": "⋆",
+    "lbrace": "\x01", "rbrace": "\x02", "{": "\x01", "}": "\x02", "%": "%", "_": "_", "&": "&", "|": "‖",
+    "$": "$", "#": "#",
 }
 _TEX_SPACE = {",", ";", ":", "!", " ", "quad", "qquad"}
+# Sizes read as nothing; so do font switches without braces (``\mathbf 1``, ``\mathcal A``: _TEX_FONT).
 _TEX_DROP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr", "displaystyle",
-             "limits", "nolimits"}
+             "limits", "nolimits", "widehat", "overline"}
+_TEX_FUNCS = {"log", "exp", "min", "max", "sin", "cos", "tanh", "sech", "arg", "clamp", "sg", "lim", "mean",
+              "std", "softmax", "clip"}
+# Accents on one symbol become combining characters (\hat A → Â, \bar w → w̄).
+_TEX_ACCENT = {"hat": "\u0302", "bar": "\u0304", "tilde": "\u0303", "vec": "\u20d7", "dot": "\u0307"}
 _TEX_ARG = re.compile(r"\\(?:text|mathrm|operatorname|mathcal|mathbf|mathbb|mathit|boldsymbol|bm|mathsf|"
-                      r"hat|bar|tilde|overline|widehat|vec)\s*\{([^{}]*)\}")
+                      r"overline|widehat)\s*\{([^{}]*)\}")
+_TEX_FONT = re.compile(r"\\(?:text|mathrm|operatorname|mathcal|mathbf|mathbb|mathit|boldsymbol|bm|mathsf)"
+                       r"(?![A-Za-z])\s*")
+_TEX_ACCENT_ARG = re.compile(r"\\(hat|bar|tilde|vec|dot)\s*\{([^{}]*)\}")
 _TEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_TEX_FRAC_DIGITS = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
+# Characters Unicode writes as sub- and superscripts.
+_SUBSCRIPT = dict(zip("0123456789+-−=()aehijklmnoprstuvx", "₀₁₂₃₄₅₆₇₈₉₊₋₋₌₍₎ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ"))
+_SUPERSCRIPT = dict(zip("0123456789+-−=()ni", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁻⁼⁽⁾ⁿⁱ"))
+
+
+def _script(mark: str, body: str) -> str:
+    """``_{t-1}`` → ``ₜ₋₁``, ``^2`` → ``²``; where Unicode lacks a character: ``_soft`` (one word) or
+    ``_(a∈A)``."""
+    table = _SUBSCRIPT if mark == "_" else _SUPERSCRIPT
+    body = body.strip().replace(" ", "")
+    if body and all(ch in table for ch in body):
+        return "".join(table[ch] for ch in body)
+    mark = "\x04" if mark == "_" else "\x05"  # marks of finished scripts, left alone by later passes
+    if re.fullmatch(r"[^\W_]+|.", body) or re.fullmatch(r"\([^()]*\)", body):
+        return mark + body.replace("-", "−")
+    return f"{mark}({body.replace('-', '−')})"
 
 
 def tex_to_text(tex: str) -> str:
-    """A TeX formula as readable Unicode text (``\\frac{a}{b}`` → ``(a)/(b)``, ``\\alpha`` → ``α``)."""
+    """A TeX formula as readable Unicode text (``\\frac{a}{b}`` → ``(a)/(b)``, ``\\alpha`` → ``α``,
+    ``a_{t-1}`` → ``aₜ₋₁``, ``\\bar w`` → ``w̄``)."""
     s = tex
     for _ in range(4):  # nested \frac and \mathrm{..} unwrap from the inside out
         s = _TEX_ARG.sub(r"\1", s)
+        s = _TEX_ACCENT_ARG.sub(lambda m: f"\\{m.group(1)} {m.group(2)}" if len(m.group(2).strip()) == 1
+                                or re.fullmatch(r"\s*\\[A-Za-z]+\s*", m.group(2)) else m.group(2), s)
         s = _TEX_FRAC.sub(lambda m: f"({m.group(1)})/({m.group(2)})", s)
+        s = _TEX_FRAC_DIGITS.sub(r"\1/\2", s)
+
+    s = _TEX_FONT.sub("", s)
 
     def word(m: re.Match) -> str:
         w = m.group(1)
@@ -119,14 +187,24 @@ def tex_to_text(tex: str) -> str:
             return " "
         if w in _TEX_DROP:
             return ""
-        if w in ("log", "exp", "min", "max", "sin", "cos", "tanh", "sech", "arg", "clamp", "sg", "lim"):
-            return w + " "
+        if w in _TEX_ACCENT:
+            return "\x03" + _TEX_ACCENT[w]
+        if w in _TEX_FUNCS:  # \log r → "log r", \log(x) → "log(x)", \min_i → "minᵢ"
+            nxt = m.string[m.end():m.end() + 1]
+            return w + " " if nxt.isalnum() or nxt == "\\" else w
         return _TEX_WORDS.get(w, w)
 
     s = re.sub(r"\\([A-Za-z]+|.)", word, s)
-    s = re.sub(r"([_^])\{([^{}]*)\}", r"\1\2", s)
-    s = s.replace("{", "").replace("}", "").replace("~", " ")
-    return " ".join(s.split())
+    s = re.sub(r"\x03(.)\s*([^\s\x03])", r"\2\1", s)
+    s = s.replace("\x03", "")
+    prev = None
+    while prev != s:  # innermost groups first: w_{\gamma_{sft}}
+        prev = s
+        s = re.sub(r"([_^])\{([^{}]*)\}", lambda m: _script(m.group(1), m.group(2)), s)
+    s = re.sub(r"([_^])([^\s{}_^])", lambda m: _script(m.group(1), m.group(2)), s)
+    s = s.replace("{", "").replace("}", "").replace("~", " ").replace("\x01", "{").replace("\x02", "}")
+    s = s.replace("\x04", "_").replace("\x05", "^")
+    return re.sub(r"⟨\s+|\s+⟩", lambda m: m.group(0).strip(), " ".join(s.split()))
 
 
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from typing import Any
 
 from rlconform.spec import exact_reason
@@ -19,8 +18,8 @@ from tools.site.documents import (
     section_order,
 )
 from tools.site.figures import Figure
-from tools.site.introspect import first_line, resolve_dotted, signature
-from tools.site.markup import cell, clause_link, fmt_value, indent, linkify, plain, rel, text
+from tools.site.introspect import resolve_dotted, signature, summary
+from tools.site.markup import cell, clause_link, docstring_markdown, fmt_value, indent, linkify, plain, rel, text
 
 CONVENTIONS_PAGE = "spec/conventions.md"
 
@@ -54,12 +53,8 @@ def _reference_lines(c) -> list[str]:
         if fn is None:
             out.append(f"`{dotted}` (not importable at build time)")
             continue
-        doc = first_line(getattr(fn, "__doc__", ""))
-        if re.search(r"\\[a-zA-Z]+", doc) and "`" not in doc:  # a LaTeX formula: show it verbatim
-            doc_md = f"`{doc}`"
-        else:
-            doc_md = text(doc)
-        out.append(f"`{dotted}`: `{signature(fn)}`" + (f"<br>{doc_md}" if doc else ""))
+        doc = summary(getattr(fn, "__doc__", ""))
+        out.append(f"`{dotted}`: `{signature(fn)}`" + (f"<br>{docstring_markdown(doc, emphasis=True)}" if doc else ""))
     return out
 
 
