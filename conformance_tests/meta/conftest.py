@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,27 +17,36 @@ from reference_impl.ccapo.textworld.games import GameSpec, generate
 DOCS_MODULES = ("mkdocs", "material", "pymdownx", "mathjax")
 # The audited libraries, imported once by the forkserver for the finding pages' repros.
 LIBRARIES = ("sb3_contrib", "torchrl", "trl", "verl")
-_SITE_SKIPPED = pytest.StashKey[bool]()
+_SITE_SKIPPED = pytest.StashKey[str]()
 
 
-def _site_ignored(path: Path, config) -> bool:
-    if path.name == "test_site.py" and os.environ.get("RLCONFORM_SITE_TESTS") != "1":
-        return any(importlib.util.find_spec(m) is None for m in DOCS_MODULES)
-    return False
+def _site_missing(path: Path) -> str | None:
+    """What the site tests lack on this machine (None: they run). RLCONFORM_SITE_TESTS=1 runs them
+    whatever is missing, so that CI fails loudly instead of passing without them."""
+    if path.name != "test_site.py" or os.environ.get("RLCONFORM_SITE_TESTS") == "1":
+        return None
+    if any(importlib.util.find_spec(m) is None for m in DOCS_MODULES):
+        return "the docs extra (pip install -e '.[docs]')"
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        return "a browser (Debian's chromium package)"
+    return None
 
 
 def pytest_ignore_collect(collection_path, config):
-    """The site tests need the docs extra: collected when it is installed, or always with
-    RLCONFORM_SITE_TESTS=1 (CI), where a missing toolchain then fails loudly."""
-    if _site_ignored(collection_path, config):
-        config.stash[_SITE_SKIPPED] = True
+    """The site tests need the docs extra and Chromium: collected when both are here, or always with
+    RLCONFORM_SITE_TESTS=1 (CI)."""
+    missing = _site_missing(collection_path)
+    if missing:
+        config.stash[_SITE_SKIPPED] = missing
         return True
     return None
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if config.stash.get(_SITE_SKIPPED, False):
-        terminalreporter.write_line("rlconform: docs site tests not collected (pip install -e '.[docs]' to run them)")
+    missing = config.stash.get(_SITE_SKIPPED, None)
+    if missing:
+        terminalreporter.write_line(f"rlconform: docs site tests not collected: they need {missing}; "
+                                    "RLCONFORM_SITE_TESTS=1 runs them anyway")
 
 
 @pytest.fixture(scope="session", autouse=True)
