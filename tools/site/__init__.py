@@ -86,6 +86,7 @@ from tools.site.nav import GUIDE_EXTRA, fill_nav, page_title, record_pages, resu
 from tools.site.pages import generated_pages
 from tools.site.provenance import (
     REGENERATE,
+    ProvenanceError,
     STAMP_FILE,
     STAMPED_DIRS,
     data_files,
@@ -111,7 +112,7 @@ from tools.site.spec_pages import (
 __all__ = [
     "AUDIT_ENV", "CJK_DIR", "CJK_FACE", "CJK_FONT_ENV", "CJK_SPANS", "CONVENTIONS_PAGE", "DOCUMENTS_FILE",
     "DOCUMENTS_PAGE", "FIGURES", "FINDINGS_DIR", "GUIDE_EXTRA", "MARKERS", "MATHJAX_ENV", "MATHJAX_PARTS",
-    "MATRIX_PAGE", "REGENERATE", "REPO", "STAMPED_DIRS", "STAMP_FILE", "Figure", "audited_spec", "cell",
+    "MATRIX_PAGE", "ProvenanceError", "REGENERATE", "REPO", "STAMPED_DIRS", "STAMP_FILE", "Figure", "audited_spec", "cell",
     "checklist_markdown", "cite", "cjk_css", "cjk_font_file", "cjk_font_format", "cjk_source", "clause_block",
     "clause_link", "clean_search_index", "cli_help", "conformance_index", "contract_families", "contract_page",
     "conventions_page", "data_files", "defaults_page", "doc_anchor", "doc_name", "documents_page", "errata_page",

@@ -20,7 +20,12 @@ from tools.site.markup import plain_headings  # noqa: E402
 from tools.site.mathjax import mathjax_dir, mathjax_files  # noqa: E402
 from tools.site.nav import fill_nav, record_pages  # noqa: E402
 from tools.site.pages import generated_pages  # noqa: E402
-from tools.site.provenance import insert_after_title, provenance_markdown, stamped_page  # noqa: E402
+from tools.site.provenance import (  # noqa: E402
+    ProvenanceError,
+    insert_after_title,
+    provenance_markdown,
+    stamped_page,
+)
 from tools.site.search import clean_search_index  # noqa: E402
 
 
@@ -68,7 +73,12 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     if src != DOCUMENTS_PAGE:
         markdown = link_seed_files(markdown, src)
     if stamped_page(src):
-        block = provenance_markdown(Path(config["docs_dir"]), src, markdown)
+        try:
+            block = provenance_markdown(Path(config["docs_dir"]), src, markdown)
+        except ProvenanceError as e:  # a published figure must trace to a clean commit
+            from mkdocs.exceptions import PluginError
+
+            raise PluginError(str(e)) from None
         if block:
             markdown = insert_after_title(markdown, block)
     return markdown

@@ -1,6 +1,8 @@
-"""Provenance blocks on the site's pages: the ``provenance.json`` stamp beside a results, audit, performance
-or mutation page rendered under its title (or a warning naming the command that would write one), and the
-stamp of the reference audit page. The stamp itself is ``rlconform.provenance``'s."""
+"""Provenance blocks on the site's pages: the stamp of a results, audit, performance or mutation page (its
+own block, the ``provenance.json`` beside it, the audit report it renders, or the stamp of the run above it)
+rendered under its title, and the stamp of the reference audit page. A stamped page without a stamp, or
+with one from a tree whose code had uncommitted changes, is a build error. The stamp itself is
+``rlconform.provenance``'s."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,7 @@ from tools.site.env import AUDIT_ENV
 
 STAMP_FILE = "provenance.json"  # rlconform.provenance.stamp(), written beside a generated page
 STAMPED_DIRS = ("results/", "audits/", "performance/", "mutation/")
-# The command that regenerates a page whose directory holds no stamp yet (the page then says so).
+# The command that regenerates a page's figures, named when its stamp is missing or dirty.
 REGENERATE = {
     "results/ppo/": "python tools/ppo_learning_curves.py --seeds 0,1,2",
     "results/isreshape/lm": "rlconform study isreshape-lm --out DIR --publish docs/results/isreshape/lm... (see the page)",
@@ -39,30 +41,88 @@ def data_files(docs_dir: Path, src_uri: str) -> list[str]:
     return [str(p.relative_to(here)).replace(os.sep, "/") for p in found]
 
 
-def provenance_markdown(docs_dir: Path, src_uri: str, markdown: str) -> str | None:
-    """The provenance admonition for a stamped page (None when the page already carries one)."""
+class ProvenanceError(Exception):
+    """A stamped page that cannot be traced to a clean commit: the site build stops on it."""
+
+
+_INLINE_COMMIT = re.compile(r"from commit `([^`]*)`")
+
+
+def page_stamp(docs_dir: Path, src_uri: str, markdown: str) -> tuple[dict | None, str]:
+    """The stamp a page's figures come from, and where it was found: the page's own block (``inline``),
+    the ``provenance.json`` beside it, the audit report it renders (``report.json``, or ``X.json`` beside
+    ``X_checklist.md``), or the nearest enclosing directory's stamp or ``matrix.json`` (a finding page is
+    reproduced by the matrix run). ``(None, "")`` when none of these exists."""
     if 'info "Provenance"' in markdown:
-        return None
+        m = _INLINE_COMMIT.search(markdown)
+        return {"commit": m.group(1) if m else None}, "inline"
     here = (docs_dir / src_uri).parent
+    if (here / STAMP_FILE).is_file():
+        return json.loads((here / STAMP_FILE).read_text(encoding="utf-8")), STAMP_FILE
+    stem = Path(src_uri).stem
+    for report in (here / "report.json", here / f"{stem.removesuffix('_checklist')}.json"):
+        if stem != "report" and report.is_file():
+            info = json.loads(report.read_text(encoding="utf-8")).get("run_info")
+            if info:
+                return audit_facts(info), report.name
+    root = docs_dir / src_uri.split("/", 1)[0]
+    for d in here.parents:
+        if d == root.parent or docs_dir not in (d, *d.parents):
+            break
+        if (d / STAMP_FILE).is_file():
+            return json.loads((d / STAMP_FILE).read_text(encoding="utf-8")), _rel(d / STAMP_FILE, here)
+        if (d / "matrix.json").is_file():
+            return json.loads((d / "matrix.json").read_text(encoding="utf-8"))["stamp"], _rel(d / "matrix.json", here)
+    return None, ""
+
+
+def _rel(path: Path, here: Path) -> str:
+    return os.path.relpath(path, here).replace(os.sep, "/")
+
+
+def audit_facts(info: dict) -> dict:
+    """A stamp read from an audit report's ``run_info``. ``tree_commit``, where recorded, names the commit
+    whose tree ran (a GPU machine's copy of the tree has the session's base commit as its HEAD)."""
+    cmd = f"rlconform audit --impl {info.get('implementation', '?')} --families {','.join(info.get('families', []))}"
+    cmd += f" --profile {info.get('profile', '?')} --device {info.get('device', '?')}"
+    return {"date": info.get("finished", "?"), "commit": info.get("tree_commit") or info.get("rlconform_commit"),
+            "command": cmd, "python": info.get("python"), "machine": info.get("device_name") or info.get("device"),
+            "versions": {"rlconform": info.get("rlconform"), "torch": info.get("torch")}}
+
+
+def check_stamp(src_uri: str, facts: dict | None, origin: str) -> None:
+    """A published page names the clean commit its figures came from; anything else stops the build."""
+    cmd = next((c for d, c in REGENERATE.items() if src_uri.startswith(d)), None)
+    again = f" Regenerate it from a clean checkout: `{cmd}`." if cmd else " Regenerate it from a clean checkout."
+    if facts is None:
+        raise ProvenanceError(f"{src_uri}: no provenance: no stamp on the page, no {STAMP_FILE}, audit report "
+                              f"or matrix.json beside it or above it.{again}")
+    commit = facts.get("commit") or ""
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        what = "commit" if commit else "no commit"
+        why = f"{what} `{commit}`" if commit else what
+        if commit.endswith("+dirty"):
+            why += f" (a tree with uncommitted code changes: {', '.join(facts.get('modified', [])) or 'not recorded'})"
+        raise ProvenanceError(f"{src_uri}: its stamp ({origin}) records {why}.{again}")
+
+
+def provenance_markdown(docs_dir: Path, src_uri: str, markdown: str) -> str | None:
+    """The provenance admonition for a stamped page (None when the page already carries one). Raises
+    :class:`ProvenanceError` for a page with no stamp, or one from a dirty tree."""
+    facts, origin = page_stamp(docs_dir, src_uri, markdown)
+    check_stamp(src_uri, facts, origin)
+    if origin == "inline":
+        return None
     files = data_files(docs_dir, src_uri)
     shown = files[:MAX_DATA_LINKS]
-    stamp_path = here / STAMP_FILE
-    if stamp_path.is_file():
-        facts = json.loads(stamp_path.read_text(encoding="utf-8"))
-        md = render_markdown(facts, data_files=shown)
-        if facts.get("regenerate"):  # the command that re-runs the experiments, not only the plotting
-            md += f"\n    Regenerate from scratch: `{facts['regenerate']}`\n"
-        if len(files) > len(shown):
-            md += f"    (and {len(files) - len(shown)} more data files in this directory)\n"
-        return md
-    cmd = next((c for d, c in REGENERATE.items() if src_uri.startswith(d)), None)
-    lines = ['!!! warning "Provenance"',
-             f"    No `{STAMP_FILE}` stamp lies beside this page, so its run date, commit and package versions "
-             "are not recorded. " + (f"Regenerate it with `{cmd}`." if cmd else
-                                     "The command that generated it is not recorded either.")]
-    if shown:
-        lines += ["", "    Raw data: " + ", ".join(f"[{f}]({f})" for f in shown)]
-    return "\n".join(lines) + "\n"
+    md = render_markdown(facts, data_files=shown)
+    if origin != STAMP_FILE:
+        md += f"\n    Stamp read from [{origin}]({origin}), the run this page reports on.\n"
+    if facts.get("regenerate"):  # the command that re-runs the experiments, not only the plotting
+        md += f"\n    Regenerate from scratch: `{facts['regenerate']}`\n"
+    if len(files) > len(shown):
+        md += f"    (and {len(files) - len(shown)} more data files in this directory)\n"
+    return md
 
 
 def insert_after_title(markdown: str, block: str) -> str:
