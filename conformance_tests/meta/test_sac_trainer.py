@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -217,3 +218,19 @@ def test_suite_summary_counts_diverged_seeds_and_the_smallest_paired_ablation_dr
     assert rec["ablation_drop_pp"] == pytest.approx(-1.0)
     one = summarise(tmp_path, [0, 1], updates=8, ablation_updates=4, ablation_seeds=[1])  # ablations at seed 1 only
     assert one["ablation_drops_pp"] == pytest.approx({"no_bc": 10.0, "no_topp": 7.0, "fixed_alpha": -1.0})
+
+
+@pytest.mark.clause("SAC-GATE-2", "SAC-GATE-8")
+def test_the_published_sac_gate_record_recomputes_from_the_published_full_logs(tmp_path):
+    """docs/results/sac keeps every run's full per-update log (runs.tar.gz): the suite's gate record
+    (gates.jsonl, which the page's gate table reads) comes back from it exactly."""
+    import tarfile
+
+    here = Path(__file__).resolve().parents[2] / "docs" / "results" / "sac"
+    with tarfile.open(here / "runs.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    published = json.loads((here / "gates.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    seeds = sorted(int(p.name[4:]) for p in tmp_path.glob("seed*"))
+    assert seeds == [0, 1, 2]
+    again = summarise(tmp_path, seeds, published["update"], published["key_metric"]["at_update"])
+    assert again == published

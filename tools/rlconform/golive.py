@@ -106,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="runs at the same time")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     a = p.parse_args(argv)
+    if a.ablation_seeds is not None and a.ablation_seeds < 1:
+        p.error("--ablation-seeds must be at least 1")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     n_abl = a.ablation_updates or a.updates
     jobs = [(out / f"seed{s}", s, a.updates, a.set) for s in a.seeds]
-    if a.ablation_seeds is not None and a.ablation_seeds < 1:
-        p.error("--ablation-seeds must be at least 1")
     abl_seeds = a.seeds[:a.ablation_seeds] if a.ablation_seeds else a.seeds
     jobs += [(out / ablation_run(name, s), s, n_abl, a.set + extra) for s in abl_seeds for name, extra in ABLATIONS.items()]
     with ThreadPoolExecutor(a.jobs) as pool:  # threads only wait on the training subprocesses

@@ -5,8 +5,9 @@
     python docs/results/sac/reevaluate.py SUITE REEVAL.jsonl     # optional: figures added after the suite ran
     python docs/results/sac/build.py SUITE CEILING.jsonl [REEVAL.jsonl [SUPERVISED.jsonl [EXTRA_DIR]]]
 
-Writes, beside this file: ``curves.jsonl`` (every evaluation record and every 5th training record of
-each run, tagged with ``run``), ``gates.jsonl`` (the suite's gate record), ``ceiling.jsonl``,
+Writes, beside this file: ``runs.tar.gz`` (every run's full ``metrics.jsonl``, from which each gate
+recomputes), ``curves.jsonl`` (every evaluation record and every 5th training record of each run, tagged
+with ``run``, for the plot), ``gates.jsonl`` (the suite's gate record), ``ceiling.jsonl``,
 ``provenance.json``, ``curves.png`` and the figures block of ``results.md`` (between the
 ``<!-- figures -->`` markers; the prose around it is kept as written).
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from rlconform.spec import gates as gate
 from rlconform.provenance import render_markdown, stamp
+from rlconform.study.grid import write_archive
 
 HERE = Path(__file__).resolve().parent
 THIN = 5  # keep every THIN-th training record (all evaluation records are kept)
@@ -120,7 +122,10 @@ def main(suite: str, ceiling_path: str, reeval_path: str | None = None, supervis
                                        encoding="utf-8")
     shutil.copyfile(suite_dir / "gates.jsonl", HERE / "gates.jsonl")
     shutil.copyfile(ceiling_path, HERE / "ceiling.jsonl")
-    data = ["curves.jsonl", "gates.jsonl", "ceiling.jsonl", "provenance.json"]
+    # every run's full per-update log (curves.jsonl is thinned for the plot): each gate recomputes from it
+    write_archive(suite_dir, sorted(p / "metrics.jsonl" for p in suite_dir.iterdir() if (p / "metrics.jsonl").exists()),
+                  HERE / "runs.tar.gz")
+    data = ["runs.tar.gz", "curves.jsonl", "gates.jsonl", "ceiling.jsonl", "provenance.json"]
     extra = ""
     if reeval_path:
         shutil.copyfile(reeval_path, HERE / "reeval.jsonl")
