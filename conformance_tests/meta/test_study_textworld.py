@@ -157,7 +157,7 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
     assert "- `grpo`, initial model 1, seed 2: training success 0.00" in page
     assert "| `ccapo` | 9 | 7 (model 2, seed 3) |" in page  # the spike with its update
     assert "1.7 hours from the first start to the last end" in page  # 61 starts 100 s apart, the last 90 s long
-    assert "ran 60 training runs to their end (1 interrupted attempts were resumed" in page
+    assert "ran 60 training runs to their end (1 interrupted attempt was resumed from its checkpoint)" in page
     assert "the two logs are identical" in page
     assert "In 0 of 15 pairs the `ccapo` and `grpo` runs are identical" in page
     assert "take 3-5 commands; a uniform random policy over the same choices wins 5.0% of 80 episodes" in page

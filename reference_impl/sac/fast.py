@@ -23,17 +23,28 @@ def float_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(torch.uint8).to(dtype)
 
 
+def mask_ops(mask: torch.Tensor, like: torch.Tensor):
+    """``(keep, push_down)`` for a bool ``mask``: ``keep(x)`` is x on the mask and 0 elsewhere; ``push_down(z)`` is z on the mask and about the dtype's lowest finite value elsewhere, so that a
+    softmax or log-sum-exp gives those entries exactly 0 weight. The CPU multiplies by one 0/1 float copy
+    of the mask (several times faster there than bool selects); other devices use the bool mask as it is
+    (a multiply promotes it inside the kernel), since there every op is a kernel launch."""
+    big = torch.finfo(like.dtype).max
+    if blocked(like):
+        m = float_mask(mask, like.dtype)
+        return (lambda x: x * m), (lambda z: z.add(m - 1.0, alpha=big))
+    return (lambda x: x * mask), (lambda z: torch.where(mask, z, -big))
+
+
 def masked_softmax_fast(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: float = PROB_EPS) -> torch.Tensor:
-    """Fast path of :func:`masked_softmax` (no guards, fewer passes): illegal logits pushed down by the
-    dtype's largest finite value, so the softmax's own max shift is the max over the legal logits and
-    illegal entries get exactly 0, as exp(−10⁹) does in the plain formula; legal logits are untouched
-    (z + 0); then the same ε-clip. The differential test in conformance_tests/meta/test_sac_fastpaths.py holds it to the plain one.
+    """Fast path of :func:`masked_softmax` (no guards, fewer passes): illegal logits pushed down to about
+    the dtype's lowest finite value, so the softmax's own max shift is the max over the legal logits and
+    illegal entries get exactly 0, as exp(−10⁹) does in the plain formula; legal logits are untouched;
+    then the same ε-clip. The differential test in conformance_tests/meta/test_sac_fastpaths.py holds it to the plain one.
 
     Implements: SAC-MASK-1, SAC-MASK-2.
     """
-    fi = torch.finfo(logits.dtype)
-    probs = torch.softmax(logits.add(float_mask(legal_mask, logits.dtype).sub_(1.0), alpha=fi.max), dim=-1)
-    return probs.clamp_min(max(eps, fi.tiny))
+    push_down = mask_ops(legal_mask, logits)[1]
+    return torch.softmax(push_down(logits), dim=-1).clamp_min(max(eps, torch.finfo(logits.dtype).tiny))
 
 
 def row_blocks(like: torch.Tensor, *, itemsize: int = 4, block_bytes: int = 1 << 20) -> list[slice]:
@@ -43,6 +54,23 @@ def row_blocks(like: torch.Tensor, *, itemsize: int = 4, block_bytes: int = 1 <<
     rows, width = like.shape
     step = max(1, block_bytes // (itemsize * max(1, width))) if blocked(like) else max(rows, 1)
     return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
+
+
+def blockwise(fn, like: torch.Tensor, *tensors, itemsize: int = 4) -> tuple[torch.Tensor, ...]:
+    """``fn`` over the :func:`row_blocks` of ``tensors`` (rows first; None passes through), its outputs
+    (rows first) assembled. With one block, as on an accelerator, ``fn`` sees the whole tensors: no
+    slice, no preallocated output, no copy, which would each be a kernel launch."""
+    blocks = row_blocks(like, itemsize=itemsize)
+    if len(blocks) == 1:
+        return fn(*tensors)
+    outs = None
+    for r in blocks:
+        part = fn(*(None if t is None else t[r] for t in tensors))
+        if outs is None:
+            outs = tuple(x.new_empty((like.shape[0], *x.shape[1:])) for x in part)
+        for o, x in zip(outs, part):
+            o[r] = x
+    return outs
 
 
 # ----------------------------------------------------------------------------- the soft backup
@@ -56,21 +84,18 @@ def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: floa
     Implements: SAC-TOPP-3 (with SAC-MASK-1/2, SAC-TOPP-1).
     """
     _check_top_p(logits, legal_mask, p, "SAC-TOPP-3")
-    rows, width = logits.shape
-    v = logits.new_empty(rows)
-    cov = logits.new_empty(rows)
+
+    def rows(z, m, q1r, q2r):
+        pi = masked_softmax_fast(z, m, eps=eps)
+        w = mask_ops(m if p >= 1.0 else _select(pi, m, p), pi)[0](pi)  # π·1[P]
+        cov = w.sum(-1)
+        # the expanded SAC-TOPP-3 of _soft_value_expanded, with log π taken where π ≥ ε > 0
+        v = (torch.linalg.vecdot(w, _min_q(q1r, q2r)) - alpha * torch.linalg.vecdot(w, pi.log_())) / cov \
+            + alpha * torch.log(cov)
+        return v, cov
+
     with torch.no_grad():
-        for r in row_blocks(logits, itemsize=8):  # the selection works in float64
-            m = legal_mask[r]
-            pi = masked_softmax_fast(logits[r], m, eps=eps)
-            sel = m if p >= 1.0 else _select(pi, m, p)
-            w = pi * float_mask(sel, pi.dtype)  # π·1[P]
-            z = w.sum(-1)
-            cov[r] = z
-            # the expanded SAC-TOPP-3 of _soft_value_expanded, with log π taken where π ≥ ε > 0
-            v[r] = (torch.linalg.vecdot(w, _min_q(q1[r], q2[r])) - alpha * torch.linalg.vecdot(w, pi.log_())) / z \
-                + alpha * torch.log(z)
-    return v, cov
+        return blockwise(rows, logits, logits, legal_mask, q1, q2, itemsize=8)  # the selection works in float64
 
 
 # ----------------------------------------------------------------------------- the update's two heads
@@ -113,17 +138,18 @@ def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, 
     taken = q.gather(-1, idx).squeeze(-1)
     huber = F.huber_loss(taken, target.detach(), reduction="none", delta=delta).mean()
     coef = _huber_grad(taken - target.detach(), delta)  # the Huber gradient at the taken action, per row
-    grad = torch.zeros_like(q)
     cql = q.new_zeros(())
     if use_cql:
-        lse, big = q.new_empty(rows), torch.finfo(q.dtype).max
-        for r in row_blocks(q):
-            z = q[r] if legal_mask is None else q[r].add(float_mask(legal_mask[r], q.dtype).sub_(1.0), alpha=big)
-            lse[r] = torch.logsumexp(z, dim=-1)  # illegal actions leave the sum (pushed to -max: exp = 0)
-            torch.softmax(z, dim=-1, out=grad[r])  # ∂ logsumexp / ∂Q
+        def rows_lse(qr, m):
+            z = qr if m is None else mask_ops(m, qr)[1](qr)  # illegal actions leave the sum (exp = 0)
+            return torch.logsumexp(z, dim=-1), torch.softmax(z, dim=-1)  # and ∂ logsumexp / ∂Q
+
+        lse, grad = blockwise(rows_lse, q, q, legal_mask)
         grad.mul_(lam_cql)
         cql = lam_cql * (lse.mean() - taken.mean())
         coef = coef - lam_cql
+    else:
+        grad = torch.zeros_like(q)
     grad.scatter_add_(-1, idx, coef.unsqueeze(-1)).div_(rows)
     return _WithGrad.apply(q_all, huber + cql, grad), huber, cql
 
@@ -144,28 +170,27 @@ def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, la
     _checks.index_in_range(actions, logits.shape[-1], "SAC-BC-1", "actions")
     rows = logits.shape[0]
     eps = max(PROB_EPS if eps is None else eps, torch.finfo(logits.dtype).tiny)
-    z_all, idx, big = logits.detach(), actions.long().unsqueeze(-1), torch.finfo(logits.dtype).max
+    z_all, idx = logits.detach(), actions.long().unsqueeze(-1)
     demo = is_demo.to(logits.dtype)
     n_demo = demo.sum().clamp_min(1.0)
     bc_coef = -lam_bc * demo / n_demo  # ∂L_BC/∂π(a*) = bc_coef / π(a*)
-    grad = torch.empty_like(z_all)
-    soft, ent = z_all.new_empty(rows), z_all.new_empty(rows)
-    log_taken = z_all.new_empty(rows)
-    for r in row_blocks(z_all):
-        legal = float_mask(legal_mask[r], z_all.dtype)
-        s = torch.softmax(z_all[r].add(legal - 1.0, alpha=big), dim=-1)  # SAC-MASK-1 (illegal: exactly 0)
+
+    def rows_grad(z, m, q1r, q2r, idx_r, bc_r):
+        keep, push_down = mask_ops(m, z)
+        s = torch.softmax(push_down(z), dim=-1)  # SAC-MASK-1 (illegal: exactly 0)
         pi = s.clamp_min(eps)  # SAC-MASK-2
         log_pi = pi.log()
-        w = pi.mul_(legal)  # π on the legal set, 0 elsewhere (pi is not needed any more)
-        q = torch.minimum(q1[r], q2[r]).detach()
-        ent[r] = -torch.linalg.vecdot(w, log_pi)  # SAC-ENT-2
-        soft[r] = torch.linalg.vecdot(w, q)
-        taken = log_pi.gather(-1, idx[r]).squeeze(-1)
-        log_taken[r] = taken
-        g = log_pi.add_(1.0).mul_(alpha).sub_(q).mul_(legal).div_(rows)  # ∂(E_o L_π)/∂π on the legal set
-        g.scatter_add_(-1, idx[r], (bc_coef[r] * torch.exp(-taken))[:, None])  # SAC-BC-1: bc_coef / π(a*)
-        g.mul_(float_mask(s >= eps, g.dtype))  # the clip's pass-through
-        torch.mul(s, g.sub_(torch.linalg.vecdot(g, s)[:, None]), out=grad[r])  # softmax backward
+        w = keep(pi)  # π on the legal set, 0 elsewhere
+        q = torch.minimum(q1r, q2r).detach()
+        ent = -torch.linalg.vecdot(w, log_pi)  # SAC-ENT-2
+        soft = torch.linalg.vecdot(w, q)
+        taken = log_pi.gather(-1, idx_r).squeeze(-1)
+        g = keep(log_pi.add_(1.0).mul_(alpha).sub_(q)).div_(rows)  # ∂(E_o L_π)/∂π on the legal set
+        g.scatter_add_(-1, idx_r, (bc_r * torch.exp(-taken))[:, None])  # SAC-BC-1: bc_coef / π(a*)
+        g = mask_ops(s >= eps, g)[0](g)  # the clip's pass-through
+        return s.mul_(g.sub_(torch.linalg.vecdot(g, s)[:, None])), soft, ent, taken  # softmax backward
+
+    grad, soft, ent, log_taken = blockwise(rows_grad, z_all, z_all, legal_mask, q1, q2, idx, bc_coef)
     pol = (-(alpha * ent + soft)).mean()  # E_o Σ π (α log π − q)
-    bc = lam_bc * (-(log_taken * demo)).sum() / n_demo
+    bc = torch.dot(log_taken, bc_coef)  # λ · mean over demo rows of −log π(a*)
     return _WithGrad.apply(logits, pol + bc, grad), pol, bc, ent

@@ -108,7 +108,8 @@ def _critic_objective_fused(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, d
     l2, h2, c2 = critic_head_fused(q2_all, b["action"], y, **kw)  # SAC-CRITIC-2, critic 2
     q_min = torch.minimum(_taken(q1_all.detach(), b["action"]), _taken(q2_all.detach(), b["action"]))
     return l1 + l2, dict(critic_loss=h1 + h2, cql_loss=c1 + c2, target_mean=y.mean(), q_mean=q_min.mean(),
-                         top_p_coverage=cov[:hp["kpi_rows"]].mean(), demo_share=b["is_demo"].to(y.dtype).mean())
+                         top_p_coverage=(cov if hp["kpi_rows"] is None else cov[:hp["kpi_rows"]]).mean(),
+                         demo_share=b["is_demo"].to(y.dtype).mean())
 
 
 def _critic_phase(s: dict, b: dict, hp: dict) -> None:
