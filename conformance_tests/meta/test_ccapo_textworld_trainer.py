@@ -41,8 +41,14 @@ def test_trainer_two_updates_then_resume(tiny_game, tmp_path, arm):
     recs = _records(tmp_path / f"{arm}-s0")
     assert_that([r["update"] for r in recs] == [0, 1, 2], "CCAPO-PPO-1", [r["update"] for r in recs],
                 "updates 0, 1 then 2 after the resume")
-    for key in ("success_rate", "mean_steps", "score_frac", "stdb_hit_rate", "approx_kl", "kl_ref", "clip_fraction"):
+    for key in ("success_rate", "mean_steps", "score_frac", "stdb_hit_rate", "approx_kl", "kl_ref", "clip_fraction",
+                "grad_norm"):
         assert_that(all(key in r for r in recs), "CCAPO-PPO-1", recs[-1], f"metric {key!r} in every record")
+    # every episode of the tiny game fails, so only GiGPO's step term has a gradient here (the group and
+    # KL terms are 0 at the reference policy)
+    norms = [r["grad_norm"] for r in recs]
+    assert_that(all(n >= 0 for n in norms) and (arm != "gigpo" or all(n > 0 for n in norms)), "CCAPO-PPO-1", norms,
+                "a gradient norm before clipping at every update, above 0 where an advantage is not 0")
     assert_that(recs[-1]["stdb_hit_rate"] > 0, "CCAPO-STDB-6", recs[-1]["stdb_hit_rate"],
                 "> 0: one game replayed, so the third update meets edges the first two stored")
     snap = sqlite_store(tmp_path / f"{arm}-s0" / "stdb.sqlite").snapshot()

@@ -99,6 +99,9 @@ def test_a_run_that_learns_to_lose_fast_counts_as_collapsed_and_a_slow_loser_doe
     slow = [{**r, "mean_steps": 20.0} for r in fast]
     assert st.run_scores(fast, 20)["collapsed"] and not st.run_scores(slow, 20)["collapsed"]
     assert st.run_scores([*fast[:9], {**fast[9], "loss": math.nan}], 20)["diverged"]
+    rows = [{**st.run_scores(fast, 20), "arm": "ccapo", "initial_model": 0, "seed": 0}]  # no grad_norm logged
+    assert st.spike_table(rows, ["ccapo"], "grad_norm", st.SPIKES["grad_norm"]) == [
+        "The gradient norm was not logged by the trainer these runs used."]
 
 
 # ----------------------------------------------------------------------------- a synthetic study
@@ -110,7 +113,8 @@ def _write_run(run_dir: Path, n: int, heldout, *, collapsed: bool = False, kl_sp
     lines = []
     for u in range(n):
         lines.append({"update": u, "split": "train", "success_rate": 0.0 if collapsed else 0.5,
-                      "mean_steps": 2.0 if collapsed else 8.0, "kl_ref": 9.0 if u == kl_spike_at else 0.01, "loss": 0.1})
+                      "mean_steps": 2.0 if collapsed else 8.0, "kl_ref": 9.0 if u == kl_spike_at else 0.01, "loss": 0.1,
+                      "grad_norm": 50.0 if u == kl_spike_at else 1.0})
         if (u + 1) % 5 == 0:
             lines.append({"update": u, "split": "heldout", "success_rate": heldout(u), "mean_steps": 8.0})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
@@ -156,6 +160,7 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
     assert "| `grpo` | 15 |" in page and "| 1 of 15 |" in page  # shown, not dropped
     assert "- `grpo`, initial model 1, seed 2: training success 0.00" in page
     assert "| `ccapo` | 9 | 7 (model 2, seed 3) |" in page  # the spike with its update
+    assert "| `ccapo` | 50 | 7 (model 2, seed 3) | 1 |" in page  # the gradient-norm spike, above its level
     assert "1.7 hours from the first start to the last end" in page  # 61 starts 100 s apart, the last 90 s long
     assert "ran 60 training runs to their end (1 interrupted attempt was resumed from its checkpoint)" in page
     assert "the two logs are identical" in page

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from reference_impl.ccapo import (
     anchor,
@@ -41,6 +40,7 @@ from reference_impl.ccapo.textworld.env import TextWorldEnv
 from reference_impl.ccapo.textworld.games import GameSpec, train_and_heldout
 from reference_impl.ccapo.textworld.policy import TextPolicy, Tokenizer
 from reference_impl.ccapo.trainer import host_floats, stdb_steps
+from reference_impl.ccapo.update import step as clipped_step
 from reference_impl.common import RunDir, progress, seed_everything
 from reference_impl.common.distributed import resolve_dtype
 
@@ -209,17 +209,17 @@ def log_probs(policy: TextPolicy, batch: dict) -> torch.Tensor:
 
 
 def ppo_update(policy, ref, opt, batch, adv, cfg: Config) -> dict:
+    """``cfg.epochs`` clipped steps on the whole batch; the last epoch's losses and KLs, and ``grad_norm``:
+    the largest gradient norm of the update's epochs, before clipping (a spike shows in the log)."""
     with torch.no_grad():
         logp_ref = log_probs(ref, batch)
         logp_old = log_probs(policy, batch)  # recomputed on the update's batching: ratio = 1 on epoch 1
+    params, norms = list(policy.parameters()), []
     for _ in range(cfg.epochs):
         out = policy_loss(log_probs(policy, batch), logp_old, logp_ref, adv, batch["mask"], clip_eps=cfg.clip_eps,
                           beta_kl=cfg.beta_kl)  # CCAPO-PPO-1, CCAPO-PPO-2
-        opt.zero_grad()
-        out["loss"].backward()
-        nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-        opt.step()
-    return {k: v.detach() for k, v in out.items()}
+        norms.append(clipped_step(opt, out["loss"], params, cfg.grad_clip))
+    return {**{k: v.detach() for k, v in out.items()}, "grad_norm": torch.stack(norms).max()}
 
 
 def episode_stats(batch: dict) -> dict:
@@ -312,7 +312,7 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
                 guards.enter_context(_checks.validation(False))
             for i, ok in enumerate(batch["success"].tolist()):  # one transaction per episode (CCAPO-STDB-1..4, -6)
                 store.update({"anchors": batch["anchors"][i], "fingerprints": batch["fps"][i], "success": ok})
-            rec = {**episode_stats(batch), **stats, **{k: diag[k] for k in ("approx_kl", "kl_ref", "clip_fraction", "loss")}}
+            rec = {**episode_stats(batch), **stats, **{k: diag[k] for k in ("approx_kl", "kl_ref", "clip_fraction", "loss", "grad_norm")}}
             run.log(update=update, split="train", arm=cfg.arm, **host_floats(rec))  # one transfer per update
             last = update == cfg.updates - 1
             if heldout and ((update + 1) % cfg.eval_every == 0 or last):

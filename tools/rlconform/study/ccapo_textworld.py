@@ -56,6 +56,28 @@ VARIANTS = {"single": {"updates": 50, "task": {}},
 COLLAPSE_SUCCESS, COLLAPSE_STEPS_SHARE = 0.05, 0.5
 
 
+# Per-update figures whose spikes the page reports, with the update where each happened.
+SPIKES = {"kl_ref": "KL(π‖π_ref) of each arm (CCAPO-PPO-2's k3 estimate, per update)",
+          "grad_norm": "gradient norm of each arm (before clipping; per update, the largest of its epochs)"}
+
+
+def spike_table(rows: list[dict], arms, key: str, what: str) -> list[str]:
+    """The largest ``key`` of each arm with the update and run where it happened, beside the arm's typical
+    last-20% level; a line saying so when the runs did not log ``key``."""
+    if all(math.isnan(r[f"{key}_peak"]) for r in rows):
+        return [f"The {what.split(' of each arm')[0]} was not logged by the trainer these runs used."]
+    out = [f"The largest {what}, with the update where it happened:", "",
+           "| arm | peak | at update (run) | last-20% median (median run) |", "|---|---|---|---|"]
+    for arm in arms:
+        mine = [r for r in rows if r["arm"] == arm and not math.isnan(r[f"{key}_peak"])]
+        if not mine:
+            continue
+        k = max(mine, key=lambda r: r[f"{key}_peak"])
+        med = sorted(r[key] for r in mine)[len(mine) // 2]
+        out.append(f"| `{arm}` | {k[f'{key}_peak']:.3g} | {k[f'{key}_peak_update']} (model {k['initial_model']}, "
+                   f"seed {k['seed']}) | {med:.3g} |")
+    return out
+
 
 def _span(values) -> str:
     """``3`` for equal values, ``3-6`` for a range."""
@@ -165,14 +187,15 @@ def run_scores(recs: list[dict], max_steps: int) -> dict:
     the KL spike with its update, and whether the run collapsed to short failures."""
 
     evals = [v for _, v in an.series(recs, "heldout_success_rate")]
-    kl_peak, kl_at = an.peak(recs, "kl_ref")
     row = {"updates": recs[-1]["update"] + 1 if recs else 0,
            "heldout": an.windowed(recs, "heldout_success_rate"),
            "heldout_mean": sum(evals) / len(evals) if evals else math.nan,
            "heldout_final": evals[-1] if evals else math.nan,
            "train_success": an.windowed(recs, "success_rate"), "train_steps": an.windowed(recs, "mean_steps"),
-           "kl_ref": an.windowed(recs, "kl_ref"), "kl_ref_peak": kl_peak, "kl_ref_peak_update": kl_at,
            "diverged": any(math.isnan(v) for _, v in an.series(recs, "loss"))}
+    for key in SPIKES:  # each spike with its update, and the level it sits above
+        row[key] = an.windowed(recs, key)
+        row[f"{key}_peak"], row[f"{key}_peak_update"] = an.peak(recs, key)
     row["collapsed"] = bool(row["train_success"] <= COLLAPSE_SUCCESS
                             and row["train_steps"] <= COLLAPSE_STEPS_SHARE * max_steps)
     return row
@@ -362,17 +385,8 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
     lines += [f"- `{r['arm']}`, initial model {r['initial_model']}, seed {r['seed']}: training success "
               f"{r['train_success']:.2f}, {r['train_steps']:.1f} commands per episode, held-out {r['heldout']:.2f}"
               + (" (diverged: NaN loss)" if r["diverged"] else "") for r in col] or ["- None."]
-    lines += ["", "The largest KL(π‖π_ref) of each arm (CCAPO-PPO-2's k3 estimate, per update), with the update "
-              "where it happened:", "", "| arm | peak | at update (run) | last-20% median (median run) |",
-              "|---|---|---|---|"]
-    for arm in arms:
-        mine = [r for r in rows if r["arm"] == arm and not math.isnan(r["kl_ref_peak"])]
-        if not mine:
-            continue
-        k = max(mine, key=lambda r: r["kl_ref_peak"])
-        med = sorted(r["kl_ref"] for r in mine)[len(mine) // 2]
-        lines.append(f"| `{arm}` | {k['kl_ref_peak']:.3g} | {k['kl_ref_peak_update']} (model {k['initial_model']}, "
-                     f"seed {k['seed']}) | {med:.3g} |")
+    for key, what in SPIKES.items():
+        lines += ["", *spike_table(rows, arms, key, what)]
     lines += ["", "## Reproducing", ""]
     if repeat is None:
         lines.append("The repeated run has not finished, so this page does not state the run-to-run spread.")
