@@ -109,6 +109,17 @@ def test_fused_critic_head_equals_the_plain_total(blocks, seed, dtype, masked, u
                  what="Huber share")
     assert_close(_grad(la, fa), want_ga, "SAC-CRITIC-2", what="gradient into Q1")
     assert_close(_grad(lb, fb), want_gb, "SAC-CRITIC-2", what="gradient into Q2")
+    # both critics at once (on an accelerator: stacked, one pass) give the same total, shares and gradients
+    ta, tb = q1.clone().requires_grad_(), q2.clone().requires_grad_()
+    lt, ht, ct, q_min = fast.critic_heads_fused(ta, tb, actions, y, **kw)
+    assert_close(lt, want, "SAC-CRITIC-2", what="twin total == plain total")
+    assert_close(ht, ha + hb, "SAC-CRITIC-2", what="twin Huber share")
+    assert_close(ct, ca + cb, "SAC-CQL-1", what="twin CQL share")
+    assert_close(q_min, torch.minimum(q1, q2).gather(-1, actions[:, None]).squeeze(-1), "SAC-V-1",
+                 what="twin minimum at the taken actions")
+    gta, gtb = torch.autograd.grad(lt, (ta, tb))
+    assert_close(gta, want_ga, "SAC-CRITIC-2", what="twin gradient into Q1")
+    assert_close(gtb, want_gb, "SAC-CRITIC-2", what="twin gradient into Q2")
 
 
 @pytest.mark.clause("SAC-POL-3", "SAC-BC-1", "SAC-ENT-2")

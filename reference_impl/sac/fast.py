@@ -154,6 +154,55 @@ def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, 
     return _WithGrad.apply(q_all, huber + cql, grad), huber, cql
 
 
+class _WithTwinGrad(torch.autograd.Function):
+    """:class:`_WithGrad` for two inputs whose gradients were computed together, stacked as ``grad[2, ...]``."""
+
+    @staticmethod
+    def forward(ctx, x1, x2, value, grad):
+        ctx.save_for_backward(grad)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, upstream):
+        (grad,) = ctx.saved_tensors
+        g1, g2 = grad.mul_(upstream).unbind(0)
+        return g1, g2, None, None
+
+
+def critic_heads_fused(q1_all: torch.Tensor, q2_all: torch.Tensor, actions, target, *, legal_mask=None,
+                       delta: float = 1.0, lam_cql: float = 0.5, use_cql: bool = True):
+    r"""Both critics' shares of :func:`critic_loss_total` and the twin minimum at the taken actions:
+    ``(loss, huber_share, cql_share, q_min_taken)``, ``loss`` carrying the gradients into both outputs.
+    The CPU runs :func:`critic_head_fused` once per critic, row block by row block; an accelerator stacks
+    the twins and runs the same formulas once over [2, B, |A|] (half the kernel launches).
+
+    Implements: SAC-CRITIC-2 (SAC-CRITIC-1, SAC-CQL-1), and SAC-V-1's minimum for the diagnostics.
+    """
+    kw = dict(legal_mask=legal_mask, delta=delta, lam_cql=lam_cql, use_cql=use_cql)
+    if blocked(q1_all):
+        (l1, h1, c1), (l2, h2, c2) = (critic_head_fused(q, actions, target, **kw) for q in (q1_all, q2_all))
+        idx = actions.long().unsqueeze(-1)
+        q_min = torch.minimum(q1_all.detach().gather(-1, idx), q2_all.detach().gather(-1, idx)).squeeze(-1)
+        return l1 + l2, h1 + h2, c1 + c2, q_min
+    _checks.index_in_range(actions, q1_all.shape[-1], "SAC-CRITIC-2", "actions")
+    rows = q1_all.shape[0]
+    q = torch.stack((q1_all.detach(), q2_all.detach()))  # [2, B, |A|]
+    idx = actions.long().view(1, rows, 1).expand(2, rows, 1)
+    y = target.detach()
+    taken = q.gather(-1, idx).squeeze(-1)  # [2, B]
+    huber = 2 * F.huber_loss(taken, y.expand(2, rows), delta=delta)  # each critic's mean, summed
+    coef = _huber_grad(taken - y, delta)
+    if use_cql:
+        z = q if legal_mask is None else mask_ops(legal_mask, q)[1](q)  # the [B, |A|] mask broadcasts
+        grad = torch.softmax(z, dim=-1).mul_(lam_cql)  # ∂ logsumexp / ∂Q, scaled
+        cql = (2 * lam_cql) * (torch.logsumexp(z, dim=-1) - taken).mean()  # each critic's mean, summed
+        coef = coef - lam_cql
+    else:
+        grad, cql = torch.zeros_like(q), q.new_zeros(())
+    grad.scatter_add_(-1, idx, coef.unsqueeze(-1)).div_(rows)
+    return _WithTwinGrad.apply(q1_all, q2_all, huber + cql, grad), huber, cql, taken.amin(0)
+
+
 def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, lam_bc: float = 0.1,
                       eps: float | None = None):
     r"""Fast path of option A :func:`policy_loss_total` from the policy *logits* (the masked softmax
@@ -181,16 +230,18 @@ def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, la
         pi = s.clamp_min(eps)  # SAC-MASK-2
         log_pi = pi.log()
         w = keep(pi)  # π on the legal set, 0 elsewhere
-        q = torch.minimum(q1r, q2r).detach()
-        ent = -torch.linalg.vecdot(w, log_pi)  # SAC-ENT-2
+        q = torch.minimum(q1r, q2r)
+        q = q.detach() if q.requires_grad else q  # the critics' values are constants of this loss
+        neg_ent = torch.linalg.vecdot(w, log_pi)  # −H(π) per row (SAC-ENT-2)
         soft = torch.linalg.vecdot(w, q)
         taken = log_pi.gather(-1, idx_r).squeeze(-1)
         g = keep(log_pi.add_(1.0).mul_(alpha).sub_(q)).div_(rows)  # ∂(E_o L_π)/∂π on the legal set
         g.scatter_add_(-1, idx_r, (bc_r * torch.exp(-taken))[:, None])  # SAC-BC-1: bc_coef / π(a*)
         g = mask_ops(s >= eps, g)[0](g)  # the clip's pass-through
-        return s.mul_(g.sub_(torch.linalg.vecdot(g, s)[:, None])), soft, ent, taken  # softmax backward
+        return s.mul_(g.sub_(torch.linalg.vecdot(g, s)[:, None])), soft, neg_ent, taken  # softmax backward
 
-    grad, soft, ent, log_taken = blockwise(rows_grad, z_all, z_all, legal_mask, q1, q2, idx, bc_coef)
-    pol = (-(alpha * ent + soft)).mean()  # E_o Σ π (α log π − q)
+    grad, soft, neg_ent, log_taken = blockwise(rows_grad, z_all, z_all, legal_mask, q1, q2, idx, bc_coef)
+    pol = (alpha * neg_ent - soft).mean()  # E_o Σ π (α log π − q)
+    ent = neg_ent.neg()
     bc = torch.dot(log_taken, bc_coef)  # λ · mean over demo rows of −log π(a*)
     return _WithGrad.apply(logits, pol + bc, grad), pol, bc, ent

@@ -19,7 +19,7 @@ import torch
 
 from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
 from reference_impl.sac.fast import (
-    critic_head_fused,
+    critic_heads_fused,
     policy_head_fused,
     top_p_backup_fused,
 )
@@ -103,13 +103,12 @@ def _critic_objective_fused(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, d
         del q1_t, q2_t
         y = td_target(b["reward"], b["done"], v_next, gamma=hp["gamma"])  # SAC-TD-1
     q1_all, q2_all = s["critic"](b["obs"])
-    kw = dict(legal_mask=b["legal_mask"], delta=hp["huber_delta"], lam_cql=hp["lambda_cql"], use_cql=hp["use_cql"])
-    l1, h1, c1 = critic_head_fused(q1_all, b["action"], y, **kw)  # SAC-CRITIC-2, critic 1
-    l2, h2, c2 = critic_head_fused(q2_all, b["action"], y, **kw)  # SAC-CRITIC-2, critic 2
-    q_min = torch.minimum(_taken(q1_all.detach(), b["action"]), _taken(q2_all.detach(), b["action"]))
-    return l1 + l2, dict(critic_loss=h1 + h2, cql_loss=c1 + c2, target_mean=y.mean(), q_mean=q_min.mean(),
+    loss, huber, cql, q_min = critic_heads_fused(q1_all, q2_all, b["action"], y, legal_mask=b["legal_mask"],
+                                                 delta=hp["huber_delta"], lam_cql=hp["lambda_cql"],
+                                                 use_cql=hp["use_cql"])  # SAC-CRITIC-2, both critics
+    return loss, dict(critic_loss=huber, cql_loss=cql, target_mean=y.mean(), q_mean=q_min.mean(),
                          top_p_coverage=(cov if hp["kpi_rows"] is None else cov[:hp["kpi_rows"]]).mean(),
-                         demo_share=b["is_demo"].to(y.dtype).mean())
+                         demo_share=b["is_demo"].sum() / y.shape[0])
 
 
 def _critic_phase(s: dict, b: dict, hp: dict) -> None:
