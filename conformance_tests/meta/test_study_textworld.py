@@ -99,10 +99,16 @@ def test_a_run_that_learns_to_lose_fast_counts_as_collapsed_and_a_slow_loser_doe
     slow = [{**r, "mean_steps": 20.0} for r in fast]
     assert st.run_scores(fast, 20)["collapsed"] and not st.run_scores(slow, 20)["collapsed"]
     assert st.run_scores([*fast[:9], {**fast[9], "loss": math.nan}], 20)["diverged"]
-    rows = [{**st.run_scores(fast, 20), "arm": "ccapo", "initial_model": 0, "seed": 0}]  # no grad_norm logged
+
+
+
+def test_a_spike_the_runs_did_not_log_is_said_to_be_missing_not_shown_as_zero():
+    recs = [{"update": u, "split": "train", "success_rate": 0.5, "mean_steps": 8.0, "kl_ref": 0.01, "loss": 0.1}
+            for u in range(10)]  # runs from before the trainer logged grad_norm
+    rows = [{**st.run_scores(recs, 20), "arm": "ccapo", "initial_model": 0, "seed": 0}]
     assert st.spike_table(rows, ["ccapo"], "grad_norm", st.SPIKES["grad_norm"]) == [
         "The gradient norm was not logged by the trainer these runs used."]
-
+    assert st.spike_table(rows, ["ccapo"], "kl_ref", st.SPIKES["kl_ref"])[-1].startswith("| `ccapo` | 0.01 | 0 ")
 
 # ----------------------------------------------------------------------------- a synthetic study
 UPDATES = 10  # held-out evaluations after updates 4 and 9; the window (last 20%) holds the second only

@@ -119,6 +119,22 @@ def blocked(t: torch.Tensor) -> bool:
 _CHUNK_BYTES = 1 << 23  # ~8 MB of float64 per row chunk: temporaries stay in the allocator's reused heap
 
 
+def by_blocks(fn, blocks: list[slice], rows: int, *tensors):
+    """``fn`` over the row slices ``blocks`` of ``tensors`` (rows first; None passes through), its outputs
+    (a tuple, rows first) assembled into tensors of ``rows`` rows. With one block ``fn`` sees the whole
+    tensors: no slice, no preallocated output and no copy (on an accelerator, each would be a launch)."""
+    if len(blocks) == 1:
+        return fn(*tensors)
+    outs = None
+    for r in blocks:
+        part = fn(*(None if t is None else t[r] for t in tensors))
+        if outs is None:
+            outs = tuple(x.new_empty((rows, *x.shape[1:])) for x in part)
+        for o, x in zip(outs, part):
+            o[r] = x
+    return outs
+
+
 def _by_row_chunks(fn, *tensors: torch.Tensor) -> torch.Tensor:
     """fn over blocks of rows of [..., A] tensors, reassembled (rows are independent); on the CPU only.
     Small blocks keep every temporary below the size that glibc serves from fresh pages, which would
@@ -126,10 +142,10 @@ def _by_row_chunks(fn, *tensors: torch.Tensor) -> torch.Tensor:
     lead, width = tensors[0].shape[:-1], tensors[0].shape[-1]
     flat = [t.reshape(-1, width) for t in tensors]
     rows, step = flat[0].shape[0], max(1, _CHUNK_BYTES // (8 * max(1, width)))
-    if rows <= step or not blocked(flat[0]):
-        out = fn(*flat)
-    else:
-        out = torch.cat([fn(*(t[i:i + step] for t in flat)) for i in range(0, rows, step)])
+    if not blocked(flat[0]):
+        step = max(rows, 1)
+    blocks = [slice(i, min(i + step, rows)) for i in range(0, rows, step)] or [slice(0, 0)]
+    (out,) = by_blocks(lambda *t: (fn(*t),), blocks, rows, *flat)
     return out.reshape(*lead, *out.shape[1:])
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl import _checks
-from reference_impl.sac.backup import _check_top_p, _min_q, _select, blocked
+from reference_impl.sac.backup import _check_top_p, _min_q, _select, blocked, by_blocks
 from reference_impl.sac.masking import PROB_EPS
 
 
@@ -24,7 +24,8 @@ def float_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def mask_ops(mask: torch.Tensor, like: torch.Tensor):
-    """``(keep, push_down)`` for a bool ``mask``: ``keep(x)`` is x on the mask and 0 elsewhere; ``push_down(z)`` is z on the mask and about the dtype's lowest finite value elsewhere, so that a
+    """``(keep, push_down)`` for a bool ``mask``: ``keep(x)`` is x on the mask and 0 elsewhere;
+    ``push_down(z)`` is z on the mask and about the dtype's lowest finite value elsewhere, so that a
     softmax or log-sum-exp gives those entries exactly 0 weight. The CPU multiplies by one 0/1 float copy
     of the mask (several times faster there than bool selects); other devices use the bool mask as it is
     (a multiply promotes it inside the kernel), since there every op is a kernel launch."""
@@ -57,20 +58,9 @@ def row_blocks(like: torch.Tensor, *, itemsize: int = 4, block_bytes: int = 1 <<
 
 
 def blockwise(fn, like: torch.Tensor, *tensors, itemsize: int = 4) -> tuple[torch.Tensor, ...]:
-    """``fn`` over the :func:`row_blocks` of ``tensors`` (rows first; None passes through), its outputs
-    (rows first) assembled. With one block, as on an accelerator, ``fn`` sees the whole tensors: no
-    slice, no preallocated output, no copy, which would each be a kernel launch."""
-    blocks = row_blocks(like, itemsize=itemsize)
-    if len(blocks) == 1:
-        return fn(*tensors)
-    outs = None
-    for r in blocks:
-        part = fn(*(None if t is None else t[r] for t in tensors))
-        if outs is None:
-            outs = tuple(x.new_empty((like.shape[0], *x.shape[1:])) for x in part)
-        for o, x in zip(outs, part):
-            o[r] = x
-    return outs
+    """``fn`` over the :func:`row_blocks` of ``tensors`` (see ``backup.by_blocks``): one pass over the whole
+    batch on an accelerator, cache-sized blocks on the CPU."""
+    return by_blocks(fn, row_blocks(like, itemsize=itemsize), like.shape[0], *tensors)
 
 
 # ----------------------------------------------------------------------------- the soft backup

@@ -77,8 +77,8 @@ def summarise(out: Path, seeds: list[int], updates: int, ablation_updates: int,
     full = {s: key_at(mains[s], ablation_updates) for s in ablation_seeds}
     ablated = {name: {s: key_at(read_run(out / ablation_run(name, s)), ablation_updates) for s in ablation_seeds}
                for name in ABLATIONS}
-    by_seed = {name: {f"seed{s}": gate.ablation_drops(full[s], {name: v[s]})[name] for s in ablation_seeds}
-               for name, v in ablated.items()}
+    per_seed = {s: gate.ablation_drops(full[s], {name: v[s] for name, v in ablated.items()}) for s in ablation_seeds}
+    by_seed = {name: {f"seed{s}": per_seed[s][name] for s in ablation_seeds} for name in ablated}
     drops = {name: sum(d.values()) / len(d) for name, d in by_seed.items()}  # paired, then averaged
     rec["ablation_drop_pp"] = min(drops.values())  # SAC-GATE-8: every ablation must cost 5 points
     rec["ablation_drops_pp"] = drops

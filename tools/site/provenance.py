@@ -65,10 +65,8 @@ def page_stamp(docs_dir: Path, src_uri: str, markdown: str) -> tuple[dict | None
             info = json.loads(report.read_text(encoding="utf-8")).get("run_info")
             if info:
                 return audit_facts(info), report.name
-    root = docs_dir / src_uri.split("/", 1)[0]
-    for d in here.parents:
-        if d == root.parent or docs_dir not in (d, *d.parents):
-            break
+    section = docs_dir / src_uri.split("/", 1)[0]  # results/, audits/, ...: nothing above it stamps a page
+    for d in (d for d in here.parents if d == section or section in d.parents):
         if (d / STAMP_FILE).is_file():
             return json.loads((d / STAMP_FILE).read_text(encoding="utf-8")), _rel(d / STAMP_FILE, here)
         if (d / "matrix.json").is_file():
