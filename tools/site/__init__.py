@@ -64,7 +64,7 @@ from tools.site.fonts import (
     site_characters,
     write_cjk_font,
 )
-from tools.site.introspect import first_line, resolve_dotted, signature
+from tools.site.introspect import resolve_dotted, signature, summary
 from tools.site.markers import MARKERS, cli_help, families_table, fill_markers
 from tools.site.markup import (
     cell,
@@ -116,12 +116,12 @@ __all__ = [
     "checklist_markdown", "cite", "cjk_css", "cjk_font_file", "cjk_font_format", "cjk_source", "clause_block",
     "clause_link", "clean_search_index", "cli_help", "conformance_index", "contract_families", "contract_page",
     "conventions_page", "data_files", "defaults_page", "doc_anchor", "doc_name", "documents_page", "errata_page",
-    "families_table", "family_page", "figures_page", "fill_markers", "fill_nav", "first_line", "fmt_value",
+    "families_table", "family_page", "figures_page", "fill_markers", "fill_nav", "fmt_value",
     "gates_page", "generated_pages", "indent", "insert_after_title", "is_cjk", "link_seed_files", "linkify",
     "linkify_document", "load_documents", "main", "make_figures", "math_to_text", "mathjax_dir", "mathjax_files",
     "outside_fences", "page_title", "plain", "plain_headings", "provenance_markdown", "record_pages",
     "reference_audit_page", "reference_report", "reference_stamp", "rel", "resolve_dotted", "results_pages",
     "section_order", "section_pages", "signature", "site_characters", "site_map", "spec_index_page",
-    "stamped_page", "tests_by_clause", "tex_to_text", "text", "third_party_audit_page", "third_party_audits",
+    "stamped_page", "summary", "tests_by_clause", "tex_to_text", "text", "third_party_audit_page", "third_party_audits",
     "write_cjk_font",
 ]

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from conformance_tests import contract
-from tools.site.introspect import signature
+from tools.site.introspect import signature, summary
 from tools.site.markup import docstring_markdown
 
 
@@ -57,7 +57,7 @@ _UNCUT = re.compile(r"``.*?``|:[a-z]+:`[^`]*`|`[^`]*`")
 
 def _summary(doc: str | None, limit: int = 150) -> str:
     """The docstring's first paragraph, cut at a word boundary outside code and math."""
-    para = " ".join(re.split(r"\n\s*\n", inspect.cleandoc(doc or ""))[0].split())
+    para = summary(doc)
     if len(para) > limit:
         spans = [m.span() for m in _UNCUT.finditer(para)]
         cuts = [i for i, ch in enumerate(para[:limit + 1]) if ch == " " and not any(a < i < b for a, b in spans)]

@@ -1,5 +1,5 @@
 """The reference functions a clause names (``implemented_by``) and the contract's operations: imported by
-dotted path, their signatures written as in the source, their docstrings' first lines and summaries."""
+dotted path, their signatures written as in the source, their docstrings' summaries."""
 from __future__ import annotations
 
 import importlib
@@ -55,13 +55,6 @@ def _annotation(a: Any) -> str:
     if isinstance(a, str):
         return a
     return getattr(a, "__name__", None) or str(a).replace("typing.", "")
-
-
-def first_line(doc: str | None) -> str:
-    for ln in inspect.cleandoc(doc or "").splitlines():
-        if ln.strip():
-            return ln.strip()
-    return ""
 
 
 def summary(doc: str | None) -> str:
