@@ -42,6 +42,13 @@ class Preflight:
     commit: str | None
     ops: dict[str, list[str]]  # family -> contract operations provided
 
+    def info(self) -> dict[str, Any]:
+        """What the report says of the implementation: name, version, commit, and the outputs whose gradients
+        come from the library's own optimiser step (``steps_itself``)."""
+        steps = (getattr(self.impl, "capabilities", None) or {}).get("steps_itself") or {}
+        return {"impl_name": self.name, "impl_version": self.version, "impl_commit": self.commit,
+                **({"impl_steps_itself": {op: list(keys) for op, keys in steps.items()}} if steps else {})}
+
 
 def _import(mod_name: str, value: str):
     try:
@@ -188,7 +195,7 @@ def modified_paths(where: str) -> list[str]:
 
 # What an implementation may declare (conformance_tests/contract/__init__.py documents each).
 CAPABILITIES = ("errors_name_clauses", "masks", "dtypes", "differentiable", "terminated_truncated", "conventions",
-                "train_dtype")
+                "train_dtype", "pinned", "steps_itself")
 CAPABILITY_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -218,6 +225,33 @@ def check_capabilities(caps: Any, value: str) -> None:
         if not spec.convention(name).allows(declared):
             raise PreflightError(f"--impl {value!r}: capabilities['conventions'][{name!r}] = {declared!r} is not an "
                                  f"allowed value ({spec.convention(name).allowed})")
+    check_per_op(caps, value)
+
+
+def check_per_op(caps: dict, value: str) -> None:
+    """``pinned`` maps a contract op to keyword hyper-parameters it takes; ``steps_itself`` maps one to output
+    keys. A misspelt op or keyword would silently pin nothing."""
+    for cap in ("pinned", "steps_itself"):
+        decl = caps.get(cap) or {}
+        if not isinstance(decl, dict):
+            raise PreflightError(f"--impl {value!r}: capabilities[{cap!r}] must be a dict by op, got {decl!r}")
+        for op, entry in decl.items():
+            family, _, name = str(op).partition(".")
+            if family not in contract.FAMILIES or name not in contract.op_names(family):
+                raise PreflightError(f"--impl {value!r}: capabilities[{cap!r}] names {op!r}, not a contract op "
+                                     "(\"family.op\", e.g. \"sac.losses\")")
+            if cap == "steps_itself":
+                if isinstance(entry, str) or not all(isinstance(k, str) for k in entry):
+                    raise PreflightError(f"--impl {value!r}: capabilities['steps_itself'][{op!r}] must list "
+                                         f"output keys, got {entry!r}")
+                continue
+            params = inspect.signature(getattr(contract.protocol(family), name)).parameters
+            keywords = [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
+            unknown = sorted(set(entry) - set(keywords)) if isinstance(entry, dict) else entry
+            if unknown:
+                raise PreflightError(f"--impl {value!r}: capabilities['pinned'][{op!r}] must map keyword "
+                                     f"hyper-parameters of {op} ({', '.join(keywords)}) to values; "
+                                     f"unknown: {unknown!r}")
 
 
 def run(value: str | None, *, device: str = "cpu", families: Iterable[str] | None = None) -> Preflight:

@@ -118,7 +118,7 @@ class RlconformRun:
         self.info: dict[str, Any] = {}
         try:
             pf = preflight.run(self.impl, device=self.device, families=self.families or None)
-            self.info = {"impl_name": pf.name, "impl_version": pf.version, "impl_commit": pf.commit}
+            self.info = pf.info()
         except preflight.PreflightError as e:
             self.preflight_error = str(e)
         self.tests: dict[str, dict] = {}

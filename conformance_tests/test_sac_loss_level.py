@@ -2,8 +2,9 @@
 
 Oracles are numpy closed forms written here (legal-set softmax, sums over the legal set, Huber or
 squared error, the analytic gradients); the implementation's other ops are never used as oracles.
-Conventions the implementation declares (mask fill, Huber support, target entropy) change the oracle,
-never the normative part: sums over the legal set only, no NaN, each loss training its own network.
+Conventions the implementation declares (mask fill, Huber support, target entropy, the temperature's
+variable, α in the actor loss) and the hyper-parameters it hard-codes (``pinned``) change the oracle, never
+the normative part: sums over the legal set only, no NaN, each loss training its own network.
 """
 from __future__ import annotations
 
@@ -25,12 +26,16 @@ from conformance_tests.harness import (
     grad_of,
     masks_supported,
     not_applicable,
+    np_temperature_loss,
     on_device,
+    pin,
     require_differentiable,
     require_masks,
+    temperature_loss_scale,
     terminated_truncated,
     working_dtype,
 )
+from conformance_tests.contract import outputs
 from conformance_tests.modules import TableModule, TwinTable
 from conformance_tests.oracles import huber, masked_softmax, np_
 
@@ -126,7 +131,12 @@ def loss_batches(draw, dtype):
     delta = 1.0 if convention("huber_delta") != "any" else draw(st.sampled_from([0.3, 1.0, 2.5]))
     hp = {"log_alpha": torch.tensor(math.log(draw(st.floats(0.05, 1.5))), dtype=dtype, requires_grad=True),
           "gamma": draw(st.floats(0.01, 0.999)), "kappa": draw(st.floats(0.7, 1.2)), "delta": delta}
-    return nets, batch, hp
+    return nets, batch, pin("sac.losses", hp)
+
+
+def _checked_outputs(out: dict, want: dict) -> list[str]:
+    """The documented keys of sac.losses with an oracle here: every required one, and the optional ones returned."""
+    return [k for k, o in outputs("sac.losses").items() if k in want and (o.required or k in out)]
 
 
 def _call_losses(sac, nets, batch, hp):
@@ -149,7 +159,7 @@ def _np_losses(nets, batch, hp) -> dict:
     h = _np_entropy(p, legal)
     h_tgt = _np_target_entropy(legal, hp["kappa"])
     return {"loss_actor": _np_policy_loss(p, q1, q2, legal, alpha), "loss_qvalue": float(np.mean(pen)),
-            "loss_alpha": hp["log_alpha"].item() * float(np.mean(h - h_tgt)), "entropy": float(np.mean(h)),
+            "loss_alpha": np_temperature_loss(hp["log_alpha"].item(), float(np.mean(h - h_tgt))), "entropy": float(np.mean(h)),
             "y": y, "p": p, "h": h, "h_tgt": h_tgt}
 
 
@@ -238,7 +248,7 @@ def test_losses_match_the_composed_clauses(sac, data):
     nets, batch, hp = data.draw(loss_batches(working_dtype()))
     out = _call_losses(sac, nets, batch, hp)
     want = _np_losses(nets, batch, hp)
-    for key in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy"):
+    for key in _checked_outputs(out, want):
         assert_close(out[key], want[key], "SAC-LOSSES-1", what=key)
     if "target_value" in out:  # optional key
         assert_close(out["target_value"], want["y"], "SAC-LOSSES-1", what="target_value")
@@ -256,11 +266,11 @@ def test_losses_stay_finite_with_illegal_actions(sac):
     batch = {"obs": torch.tensor([0]), "next_obs": torch.tensor([1]), "action": torch.tensor([1]),
              "reward": torch.tensor([1.0], dtype=dt), "done": torch.tensor([False]),
              "legal_mask": legal[:1], "next_legal_mask": legal[1:]}
-    hp = {"log_alpha": torch.tensor(math.log(0.3), dtype=dt, requires_grad=True), "gamma": 0.9, "kappa": 0.9,
-          "delta": 1.0}
+    hp = pin("sac.losses", {"log_alpha": torch.tensor(math.log(0.3), dtype=dt, requires_grad=True), "gamma": 0.9,
+                            "kappa": 0.9, "delta": 1.0})
     out = _call_losses(sac, nets, batch, hp)
     want = _np_losses(nets, batch, hp)
-    for key in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy"):
+    for key in _checked_outputs(out, want):
         assert_that(bool(torch.isfinite(torch.as_tensor(out[key])).all()), "SAC-LOSSES-1", out[key],
                     f"a finite {key} with an illegal action in the row")
         assert_close(out[key], want[key], "SAC-LOSSES-1", what=key)
@@ -344,9 +354,10 @@ def test_loss_actor_trains_only_the_policy(sac, data):
                                         np_(batch["legal_mask"]), math.exp(hp["log_alpha"].item()))
     assert_close(grad_of(out["loss_actor"], table), expected, "SAC-LOSSES-2", approx="gradient",
                  what="d loss_actor / d policy table (next-state rows: 0)")
+    # An α left attached is declared (alpha_in_actor_loss): then only the optimiser layout keeps log α still.
+    unstepped = {} if convention("alpha_in_actor_loss") == "attached_unstepped" else {"log_alpha": hp["log_alpha"]}
     assert_no_grad_into(out["loss_actor"], "SAC-LOSSES-2", critic_q1=nets["critic"].q1.table,
-                         critic_q2=nets["critic"].q2.table, target_q1=nets["target"].q1.table,
-                         log_alpha=hp["log_alpha"])
+                         critic_q2=nets["critic"].q2.table, target_q1=nets["target"].q1.table, **unstepped)
 
 
 @pytest.mark.clause("SAC-LOSSES-2")
@@ -369,7 +380,9 @@ def test_loss_qvalue_trains_only_the_online_critics(sac, data):
 @given(st.data())
 def test_loss_alpha_trains_only_log_alpha(sac, data):
     nets, batch, hp, out, want = _grad_case(sac, data)
-    assert_close(grad_of(out["loss_alpha"], hp["log_alpha"]), float(np.mean(want["h"] - want["h_tgt"])), "SAC-LOSSES-2",
-                 approx="gradient", what="d loss_alpha / d log alpha = mean(H − H_tgt)")
+    gap = float(np.mean(want["h"] - want["h_tgt"]))
+    assert_close(grad_of(out["loss_alpha"], hp["log_alpha"]), temperature_loss_scale(hp["log_alpha"].item()) * gap,
+                 "SAC-LOSSES-2", approx="gradient", what="d loss_alpha / d log alpha = mean(H − H_tgt) (× α when "
+                 "the loss is written in α)")
     assert_no_grad_into(out["loss_alpha"], "SAC-LOSSES-2", policy=nets["policy"].table,
                          critic_q1=nets["critic"].q1.table)

@@ -80,3 +80,35 @@ def seed_only(*families: str) -> dict[str, str]:
     for f in families:
         out |= SEED_ONLY[f] | {f"{f}.defaults": DEFAULTS_REASON}
     return out
+
+
+# ----------------------------------------------------------------------------- libraries that step themselves
+def step_gradients(step: Callable[[], Any], params: list) -> list:
+    """The gradients a library's own update applied to ``params``, for code that calls ``backward()`` and
+    ``optimizer.step()`` itself: configure its optimiser as plain SGD with lr 1 (no momentum, no weight decay),
+    run ``step``, and read each parameter's change (before − after). Declare the loss keys measured this way
+    in ``capabilities["steps_itself"]``."""
+    before = [p.detach().clone() for p in params]
+    step()
+    return [b - p.detach() for b, p in zip(before, params)]
+
+
+def measured_loss(value: Any, grads: dict) -> Any:
+    """``value`` (a detached scalar) as a loss whose gradient into each key of ``grads`` (the suite's own leaf,
+    e.g. ``log_alpha``) is the tensor given: :func:`step_gradients` measured in the library's copy of that leaf.
+    The suite's gradient checks then see what the library's step did; leaves the library does not step show no
+    gradient."""
+    import torch
+
+    class _Measured(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, v, *leaves):
+            return v.detach().clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return (None, *[g * grads_[i] for i in range(len(grads_))])
+
+    leaves = [leaf for leaf in grads if isinstance(leaf, torch.Tensor) and leaf.requires_grad]
+    grads_ = [grads[leaf].to(leaf.dtype).reshape(leaf.shape) for leaf in leaves]
+    return _Measured.apply(torch.as_tensor(value).detach(), *leaves)

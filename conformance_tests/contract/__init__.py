@@ -29,6 +29,15 @@ The other capabilities (defaults: what the reference does):
   no verdict: when a test fails on float64 inputs, the report also shows the failing call made again in this
   dtype, and its severity follows what users of that dtype get (a float64 residue that is 0.9 in float32 is
   major; one float32 does not show stays what it was).
+* ``pinned: dict[str, dict]``: hyper-parameters the library hard-codes, by op and keyword
+  (``{"sac.losses": {"kappa": 0.98}}``). The suite draws only that value for the keyword, a call that passes
+  another is not applicable, and a value other than the contract's default (the seed's) is reported as a
+  deviation.
+* ``steps_itself: dict[str, list[str]]``: output keys of an op whose library code calls ``backward()`` and
+  ``optimizer.step()`` itself, so their gradients are measured from that step
+  (:func:`conformance_tests.adapters.step_gradients` with plain SGD at lr 1, returned through
+  :func:`conformance_tests.adapters.measured_loss`). The report says so; only the leaves the library steps
+  can show a gradient.
 * ``conventions: dict[str, value]``: declared departures from the seeds' conventions, by the ids and
   allowed values of ``spec/conventions.yaml`` (``{"value_loss_factor": 1.0, "mask_fill": "neg_inf"}``).
   The tests compute their oracle under the declared value and keep checking the clause's normative part;
@@ -37,6 +46,7 @@ The other capabilities (defaults: what the reference does):
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from typing import Protocol
@@ -58,6 +68,25 @@ ALWAYS_UPDATED = ("generator",)
 def updated_in_place(op: str) -> tuple[str, ...]:
     """The contract names of the arguments ``op`` ("family.op") may, and is meant to, change in place."""
     return UPDATED_IN_PLACE.get(op, ()) + ALWAYS_UPDATED
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One key of an op's result dict: the clause that fixes its value, what it holds, and whether the suite
+    requires it (an optional key is checked when present)."""
+    clause: str
+    meaning: str
+    required: bool = True
+
+
+def outputs(op: str) -> dict[str, Output]:
+    """The documented result dict of ``op`` ("family.op"), by key, in order (a family module's ``OUTPUTS``)."""
+    family, _, name = op.partition(".")
+    return dict(getattr(importlib.import_module(f"conformance_tests.contract.{family}"), "OUTPUTS", {}).get(name, {}))
+
+
+def required_outputs(op: str) -> tuple[str, ...]:
+    return tuple(k for k, o in outputs(op).items() if o.required)
 
 
 def protocol(family: str) -> type[Protocol]:

@@ -26,6 +26,8 @@ from typing import Any, Mapping, Protocol, Sequence
 import torch
 from torch import Tensor
 
+from conformance_tests.contract import Output
+
 
 class CcapoOps(Protocol):
     # ---------------------------------------------------------------- §3.1 nodes, §5.2.1 anchors
@@ -104,8 +106,8 @@ class CcapoOps(Protocol):
     # ---------------------------------------------------------------- §6 objective
     def policy_loss(self, logp_new: Tensor, logp_old: Tensor, logp_ref: Tensor, advantages: Tensor,
                     mask: Tensor, *, clip_eps: float = 0.2, beta_kl: float = 0.04) -> dict[str, Tensor]:
-        """[B, T] each (mask bool, True = a real step) -> {"loss", "loss_clip", "loss_kl", "kl_ref",
-        "approx_kl", "clip_fraction"}: loss = −(E_τ[(1/T_τ)Σ_t min(ρA, clip(ρ,1±ε)A)] − β_KL·KL),
+        """[B, T] each (mask bool, True = a real step) -> the dict of ``OUTPUTS["policy_loss"]``:
+        loss = −(E_τ[(1/T_τ)Σ_t min(ρA, clip(ρ,1±ε)A)] − β_KL·KL),
         KL(π_θ‖π_ref) by the k3 estimator exp(Δ) − Δ − 1 with Δ = logp_ref − logp_new, averaged the
         same way (per trajectory over its steps, then over trajectories). Gradient flows into
         logp_new only."""
@@ -129,5 +131,17 @@ class CcapoOps(Protocol):
         ``max_grad_norm`` and steps (CCAPO-UPDATE-1). Returns one dict per minibatch: float loss,
         loss_clip, loss_kl, kl_ref, approx_kl, clip_fraction, grad_norm, int epoch, minibatch."""
 
+
+# The result dict of the policy loss, by key: each key's clause, what it holds, whether it is required.
+OUTPUTS = {"policy_loss": {
+    "loss": Output("CCAPO-PPO-1", "scalar −(E_τ[(1/T_τ)Σ_t min(ρA, clip(ρ,1±ε)A)] − β_KL·KL), the total"),
+    "loss_clip": Output("CCAPO-PPO-1", "scalar, the clipped surrogate alone, averaged per trajectory then over "
+                                       "trajectories"),
+    "loss_kl": Output("CCAPO-PPO-2", "scalar β_KL·KL, the penalty term of the total"),
+    "kl_ref": Output("CCAPO-PPO-2", "scalar KL(π_θ‖π_ref) by k3, averaged like the surrogate"),
+    "approx_kl": Output("CCAPO-PPO-1", "scalar mean(old − new) over real steps, detached", required=False),
+    "clip_fraction": Output("CCAPO-PPO-1", "scalar share of real steps whose ratio is clipped, detached",
+                            required=False),
+}}
 
 CONTRACT = CcapoOps

@@ -61,7 +61,7 @@ class IsReshapeOps(Protocol):
         """[T] each -> {gamma: γ_sft, weight_mean: Σ w_γ(r)·m / Σm with γ = γ_sft, ratio_mean: Σ r·m / Σm}, r the
         clamped ratio; an empty mask raises (ISR-METRIC-4, ISR-INPUT-1)."""
 
-    # ------------------------------------------------------------------ loss aggregation (issue 10)
+    # ------------------------------------------------------------------ loss aggregation
     def aggregate_loss(self, loss_mat: Tensor, mask: Tensor, *, mode: str = "token-mean") -> Tensor:
         """[B,T] per-token losses, [B,T] mask (bool or 0/1 float) -> scalar (ISR-AGG-1):
           token-mean           Σ l·m / Σ m (the seed's normalisation; a guard ε ≤ 1e-8 may be added)

@@ -13,6 +13,8 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
+from conformance_tests.contract import Output
+
 
 class PpoOps(Protocol):
     # ------------------------------------------------------------------ masking, sampling, replay
@@ -136,7 +138,7 @@ class PpoOps(Protocol):
         """[U] per-update entropies (U >= 2) -> {slope, intercept (floats) of the least-squares line
         H_u ≈ intercept + slope·u, decreasing: slope < 0, slow: −slope·(U−1) < intercept} (PPO-SLO-6)."""
 
-    # ------------------------------------------------------------------ advantages and the loss level (issue 10)
+    # ------------------------------------------------------------------ advantages and the loss level
     def gae(self, reward: Tensor, value: Tensor, next_value: Tensor, done: Tensor, *, gamma: float, lam: float,
             truncated: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """[T] or [B,T] each (time is the LAST axis; ``done``/``truncated`` bool or 0/1 float) ->
@@ -157,17 +159,21 @@ class PpoOps(Protocol):
         sampling), mask [B,A] bool (the sampling mask), advantage [B] (used as given: no
         normalisation inside), return [B]. The stored action is replayed under the stored mask.
 
-        Returns a dict of tensors:
-          loss_objective  scalar −mean(min(r·A, clip(r, 1−ε, 1+ε)·A)), r = exp(new − old) (PPO-LOSS-1)
-          loss_critic     scalar vf_coef·½·mean((return − V)²) (PPO-LOSS-2; the ½ is the
-                          ``value_loss_factor`` convention)
-          loss_entropy    scalar −ent_coef·mean H over the legal set (PPO-ENT-1)
-          entropy         scalar mean H, detached
-          clip_fraction   scalar mean(|r − 1| > ε), detached (PPO-CLIPFRAC-1; ``clip_fraction`` convention)
-          kl_approx       scalar mean(old − new), detached (PPO-KL-1; ``approx_kl`` convention)
+        Returns a dict of tensors, the rows of ``OUTPUTS["losses"]``,
         so that loss_objective + loss_critic + loss_entropy is the total of PPO-LOSS-3. Gradients:
         loss_objective and loss_entropy into the actor only, loss_critic into the critic only;
         none into the batch tensors (PPO-GRAD-2). Extra keys are ignored."""
 
+
+# The result dict of the loss-level op, by key: each key's clause, what it holds, whether it is required.
+OUTPUTS = {"losses": {
+    "loss_objective": Output("PPO-LOSS-1", "scalar −mean(min(r·A, clip(r, 1−ε, 1+ε)·A)), r = exp(new − old)"),
+    "loss_critic": Output("PPO-LOSS-2", "scalar vf_coef·½·mean((return − V)²); the ½ is the value_loss_factor "
+                                        "convention"),
+    "loss_entropy": Output("PPO-ENT-1", "scalar −ent_coef·mean H over the legal set"),
+    "entropy": Output("PPO-ENT-1", "scalar mean H over the legal set, detached"),
+    "clip_fraction": Output("PPO-CLIPFRAC-1", "scalar mean(|r − 1| > ε), detached (clip_fraction convention)"),
+    "kl_approx": Output("PPO-KL-1", "scalar mean(old − new), detached (approx_kl convention)"),
+}}
 
 CONTRACT = PpoOps

@@ -12,6 +12,8 @@ from typing import Collection, Protocol
 import torch
 from torch import Tensor
 
+from conformance_tests.contract import Output
+
 
 class SacOps(Protocol):
     def masked_softmax(self, logits: Tensor, legal_mask: Tensor, *, eps: float = 1e-8) -> Tensor:
@@ -155,7 +157,7 @@ class SacOps(Protocol):
         """[K,d] queued negatives, [n,d] new keys -> [min(K+n, capacity), d]: first in, first out (the
         oldest rows leave first, newest last), detached (SAC-NCE-4)."""
 
-    # ------------------------------------------------------------------ logits entry points (issue 10)
+    # ------------------------------------------------------------------ logits entry points
     # The same quantities from raw logits and a bool legal mask, for libraries that never expose
     # ε-clipped probabilities. How illegal logits are filled is the ``mask_fill`` convention (seed:
     # the ε-clip of SAC-MASK-1/2; declared alternatives "finite", "neg_inf"); the legal-set sums and
@@ -174,7 +176,7 @@ class SacOps(Protocol):
         """[B,A] each -> scalar: mean over rows of Σ over legal actions of π (α log π − min(q1,q2));
         gradient only into ``logits`` (SAC-POL-4)."""
 
-    # ------------------------------------------------------------------ loss level (issue 10)
+    # ------------------------------------------------------------------ loss level
     def losses(self, policy: "torch.nn.Module", critic: "torch.nn.Module", target_critic: "torch.nn.Module",
                batch: dict, *, log_alpha: Tensor, gamma: float, kappa: float = 0.9, delta: float = 1.0,
                top_p: float = 1.0) -> dict:
@@ -193,18 +195,23 @@ class SacOps(Protocol):
         legal set, what libraries compute; < 1 is the seed's Top-p backup, SAC-TOPP-3). Illegal
         logits are filled per the ``mask_fill`` convention.
 
-        Returns a dict of tensors (TorchRL's key names):
-          loss_actor   scalar, mean_B of Σ over legal actions of π (α log π − min(Q1,Q2)) with the
-                       online Q detached; gradient only into the policy (SAC-POL-1)
-          loss_qvalue  scalar, mean_B Σ_i Huber_δ(Q_i(o,a) − y), y = r + γ(1−done)·V_soft(o') from the
-                       target critic and the policy at o', no gradient into y (SAC-TD-1, SAC-V-1,
-                       SAC-CRITIC-1); gradient only into the critic
-          loss_alpha   scalar, log α · mean_B(H(o) − H_tgt(o)), H detached (SAC-TEMP-2)
-          entropy      scalar, mean_B H(π(·|o)) over the legal set, detached (SAC-ENT-2)
-        and optionally
-          alpha        scalar, the α used (exp(log α)), detached
-          target_value [B], y, detached
+        Returns a dict of tensors with TorchRL's key names, the rows of ``OUTPUTS["losses"]``.
         Extra keys are ignored. α in the actor and the target is exp(log α), detached."""
 
+
+# The result dict of the loss-level op, by key: each key's clause, what it holds, whether it is required.
+OUTPUTS = {"losses": {
+    "loss_actor": Output("SAC-POL-1", "scalar, mean_B of Σ over legal actions of π (α log π − min(Q1,Q2)) with "
+                                      "the online Q detached; gradient only into the policy (SAC-LOSSES-2)"),
+    "loss_qvalue": Output("SAC-CRITIC-1", "scalar, mean_B Σ_i Huber_δ(Q_i(o,a) − y), "
+                                          "y = r + γ(1−done)·V_soft(o') "
+                                          "from the target critic and the policy at o' (SAC-TD-1, SAC-V-1), no "
+                                          "gradient into y; gradient only into the online critics"),
+    "loss_alpha": Output("SAC-TEMP-2", "scalar, log α · mean_B(H(o) − H_tgt(o)), H detached (α · mean under the "
+                                       "temperature_param convention); gradient only into log α"),
+    "entropy": Output("SAC-ENT-2", "scalar, mean_B H(π(·|o)) over the legal set, detached", required=False),
+    "alpha": Output("SAC-LOSSES-1", "scalar, the α used, exp(log α), detached", required=False),
+    "target_value": Output("SAC-TD-1", "[B], the TD target y, detached", required=False),
+}}
 
 CONTRACT = SacOps

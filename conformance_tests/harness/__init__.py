@@ -30,7 +30,7 @@ from conformance_tests.harness.state import (
 from conformance_tests.harness.capabilities import (
     set_capabilities, declared_capabilities, capability, DTYPES, CAPABILITY_DEFAULTS, not_applicable, reported,
     masks_supported, require_masks, declared_dtypes, supports_dtype, require_dtype, working_dtype, differentiable,
-    require_differentiable, terminated_truncated, declares, convention, deviations,
+    require_differentiable, terminated_truncated, declares, convention, deviations, pinned, pin, contract_default, steps_itself,
 )
 from conformance_tests.harness.device import generator, on_device, device_leaf, map_leaves, named_leaves, host, to_numpy
 from conformance_tests.harness.repro import _literal, _REPRO_HELPERS, describe_call, repro_snippet
@@ -45,6 +45,7 @@ from conformance_tests.harness.assertions import (
 )
 from conformance_tests.harness.convention_oracles import (
     np_standardise, np_approx_kl, np_clip_fraction, np_critic_penalty, critic_delta, log_ratio_clamp,
+    temperature_loss_scale, np_temperature_loss,
 )
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "set_capabilities", "declared_capabilities", "capability", "DTYPES", "CAPABILITY_DEFAULTS", "not_applicable",
     "reported", "masks_supported", "require_masks", "declared_dtypes", "supports_dtype", "require_dtype",
     "working_dtype", "differentiable", "require_differentiable", "terminated_truncated", "declares", "convention",
-    "deviations",
+    "deviations", "pinned", "pin", "contract_default", "steps_itself",
     "generator", "on_device", "device_leaf", "map_leaves", "named_leaves", "host", "to_numpy",
     "_literal", "_REPRO_HELPERS", "describe_call", "repro_snippet",
     "tolerance", "slack", "input_dtype",
@@ -63,4 +64,5 @@ __all__ = [
     "assert_close", "assert_dtype", "assert_low_precision", "assert_no_grad", "grad_of", "assert_no_grad_into",
     "grad_leaves", "assert_equal", "assert_that", "assert_rejects", "no_grad_leak", "finite_difference",
     "np_standardise", "np_approx_kl", "np_clip_fraction", "np_critic_penalty", "critic_delta", "log_ratio_clamp",
+    "temperature_loss_scale", "np_temperature_loss",
 ]

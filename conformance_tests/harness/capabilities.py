@@ -3,12 +3,14 @@ conventions, and the *not applicable* verdict a test takes when its point is som
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 import torch
 from rlconform.spec import default_spec, same_value
 
+from conformance_tests import contract
 from conformance_tests.harness import state
 from conformance_tests.harness.state import NOT_APPLICABLE, ImplementationError
 
@@ -32,7 +34,7 @@ def capability(name: str, default: Any = None) -> Any:
 # ``dtypes`` means every dtype the suite tests (the reference's), so the reference keeps its half tests.
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 CAPABILITY_DEFAULTS = {"masks": True, "dtypes": list(DTYPES), "differentiable": True,
-                       "terminated_truncated": False, "train_dtype": None}
+                       "terminated_truncated": False, "train_dtype": None, "pinned": {}, "steps_itself": {}}
 
 
 def not_applicable(reason: str) -> None:
@@ -133,6 +135,42 @@ def convention(name: str, clause: str | None = None, *, record: bool = True) -> 
         state._STATE["deviations"][name] = {"convention": name, "declared": value, "seed": seed,
                                             "consequence": conv.consequence(value)}
     return value
+
+
+def pinned(op: str) -> dict[str, Any]:
+    """The keyword hyper-parameters of ``op`` ("family.op") the library hard-codes (``pinned``), by name."""
+    return dict((capability("pinned") or {}).get(op) or {})
+
+
+def contract_default(op: str, name: str) -> Any:
+    """The default the contract gives keyword ``name`` of ``op`` (the seed's value), or ``inspect.Parameter.empty``."""
+    family, fn = op.split(".", 1)
+    param = inspect.signature(getattr(contract.protocol(family), fn)).parameters.get(name)
+    return param.default if param is not None else inspect.Parameter.empty
+
+
+def pin(op: str, kwargs: dict) -> dict:
+    """``kwargs`` with the library's hard-coded values in place of the drawn ones, so that the audit checks the
+    value users actually get instead of discarding every example. A hard-coded value other than the contract's
+    default is recorded as a deviation of the current test, like a declared convention."""
+    out = dict(kwargs)
+    for name, value in pinned(op).items():
+        if name not in out:
+            continue
+        out[name] = value
+        seed = contract_default(op, name)
+        if seed is not inspect.Parameter.empty and not same_value(value, seed):
+            state._STATE["deviations"][f"pinned {op}({name})"] = {
+                "convention": f"pinned {op}({name})", "declared": value, "seed": seed,
+                "consequence": f"hard-coded by the library: a user cannot set {name}, and the audit checks {op} "
+                               f"at {value!r} only"}
+    return out
+
+
+def steps_itself(op: str) -> tuple[str, ...]:
+    """The output keys of ``op`` whose gradients the adapter measured from the library's own optimiser step
+    (``steps_itself``): the library calls backward() and step() itself, so only the leaves it steps are seen."""
+    return tuple((capability("steps_itself") or {}).get(op) or ())
 
 
 def deviations() -> list[dict]:

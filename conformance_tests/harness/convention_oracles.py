@@ -47,6 +47,17 @@ def critic_delta(drawn: float) -> float:
     return drawn if convention("huber_delta") == "any" else 1.0
 
 
+def temperature_loss_scale(log_alpha: float) -> float:
+    """d J / d log α over the entropy gap mean(H − H_tgt): 1 when the loss is written in log α (the seed), α when
+    it is written in α (the temperature_param convention), so the sign, and the zero at a met target, never change."""
+    return math.exp(log_alpha) if convention("temperature_param") == "alpha" else 1.0
+
+
+def np_temperature_loss(log_alpha: float, gap: float) -> float:
+    """The temperature loss for a mean entropy gap mean(H − H_tgt): log α · gap, or α · gap (temperature_param)."""
+    return (math.exp(log_alpha) if convention("temperature_param") == "alpha" else log_alpha) * gap
+
+
 def log_ratio_clamp(drawn: float | None = None) -> float:
     """The log-ratio clamp a test passes and its oracle applies: the drawn one (or the seed's 20) when the
     implementation declares none, else its declared clamp (inf for "none"), which it uses whatever is passed."""

@@ -18,14 +18,15 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import torch
+from rlconform.spec import same_value
 
 from conformance_tests import contract, simdevice
 from conformance_tests.errors import NotApplicable
 from conformance_tests.options import KILLED_OPS_VAR
 from conformance_tests.harness import state
-from conformance_tests.harness.capabilities import capability, masks_supported
+from conformance_tests.harness.capabilities import capability, masks_supported, pinned
 from conformance_tests.harness.device import _to_device, _to_numpy, host, map_leaves, named_leaves
-from conformance_tests.harness.failures import _fmt
+from conformance_tests.harness.failures import _fmt, fail
 from conformance_tests.harness.fingerprints import _changed, _fingerprint, _hand, _snapshot
 from conformance_tests.harness.repro import describe_call
 from conformance_tests.harness.state import (
@@ -161,6 +162,8 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
     if not masks_supported() and (where := _illegal_action_mask(name, fn, args, kwargs)):
         _declared_not_applicable(name, NotApplicable(f"{where} holds an illegal action; the implementation "
                                                      "declares masks=False"))
+    if clash := _pinned_clash(name, kwargs):
+        _declared_not_applicable(name, NotApplicable(clash))
     snap_args, snap_kwargs = _snapshot(args), _snapshot(kwargs)
     state._STATE["calls"].append((name, snap_args, snap_kwargs))
     state._STATE["last_fn"] = fn
@@ -181,6 +184,7 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
         err = f"{describe_call((name, args, kwargs))} raised {type(e).__name__}: {e}"
         _note_failure("error", err)
         raise ImplementationError(err) from e
+    _check_outputs(name, out)
     for arg_name, h in zip(names, handed):
         where = arg_name in before and _changed(_fingerprint(h), before[arg_name], arg_name)
         if where:
@@ -191,6 +195,29 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
             _note_failure("fail", msg)
             raise InputMutated(msg)
     return out
+
+
+def _check_outputs(name: str, out: Any) -> None:
+    """An op with a documented result dict (``contract.outputs``) must return every required key: a missing
+    one fails the clause that fixes it, naming the key, instead of a KeyError deep in a test."""
+    documented = contract.outputs(name)
+    missing = [k for k, o in documented.items() if o.required and not (isinstance(out, dict) and k in out)]
+    if missing:
+        fail(_clause_tag(), sorted(out) if isinstance(out, dict) else type(out).__name__,
+             f"a dict with the keys {list(contract.required_outputs(name))}",
+             f"{name} returned no " + ", ".join(f"{k!r} ({documented[k].clause})" for k in missing)
+             + f": the contract's OUTPUTS[{name.split('.', 1)[1]!r}] requires it")
+
+
+def _pinned_clash(name: str, kwargs: dict) -> str | None:
+    """Why a call cannot be made to a library that hard-codes some of ``name``'s hyper-parameters (``pinned``):
+    it passes another value. A keyword the call leaves out gets the library's value, as every user's call does:
+    a test whose oracle depends on a keyword passes it."""
+    for key, value in pinned(name).items():
+        if key in kwargs and not same_value(kwargs[key], value):
+            return (f"{key}={kwargs[key]!r}, but the library hard-codes {key}={value!r} "
+                    "(impl.capabilities['pinned'])")
+    return None
 
 
 def _updated_in_place(name: str) -> set[str]:

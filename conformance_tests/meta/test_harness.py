@@ -6,6 +6,8 @@ import io
 import json
 import math
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,6 +180,17 @@ def test_a_family_runs_its_own_test_files_and_the_shared_ones():
     assert set(ppo) < every and not any(f.parent.name == "meta" for f in clause_test_files())
     with pytest.raises(ValueError, match="unknown families"):
         clause_test_files(["dqn"])
+
+
+def test_no_code_names_an_issue_or_the_history_of_its_work():
+    """Code says what it does and why; which issue asked for it belongs to the tracker and the commit log."""
+    root = Path(__file__).resolve().parents[2]
+    history = re.compile(r"\bissue\s*#?\d+|\bmutation_gaps\b", re.IGNORECASE)
+    hits = [f"{p.relative_to(root)}:{i}: {line.strip()[:80]}"
+            for top in ("conformance_tests", "reference_impl", "tools", "spec")
+            for p in sorted((root / top).rglob("*")) if p.suffix in (".py", ".yaml", ".toml", ".sh")
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if history.search(line)]
+    assert not hits, "\n".join(hits)
 
 
 def test_the_files_chosen_for_a_clause_hold_every_test_of_it():

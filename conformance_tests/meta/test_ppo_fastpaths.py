@@ -1,11 +1,12 @@
-"""Differential tests of the PPO update's fast paths against the plain formulas beside them.
+"""Differential tests of the PPO update's fast path (reference_impl/ppo/fast.py) against the plain formulas.
 
-``loss_terms_fused`` (closed-form gradients, used once the guards are off) must give the loss, the
-diagnostics and the gradients of ``loss_terms_deferred`` (autograd through the plain formulas,
-each held to independent oracles in test_ppo_*.py); ``ppo_update`` must take the same steps with the
-guards on and off, and its metrics converted once per update must equal those converted per
-minibatch. Cases: ratio exactly 1 (the first epoch), ratios far outside the clip range, entropy
-bonus on, one legal action per row, float32 and float64.
+``fast.loss_terms_fused`` (closed-form gradients, the trainers' loss) must give the loss, the
+diagnostics and the gradients of ``update.loss_terms_deferred`` (autograd through the plain formulas,
+each held to independent oracles in test_ppo_*.py); ``ppo_update`` with ``fast.minibatch_loss_fused``
+must take the same steps as with the plain loss, with the guards on and off, and its metrics
+converted once per update must equal those converted per minibatch. Cases: ratio exactly 1 (the
+first epoch), ratios far outside the clip range, entropy bonus on, one legal action per row, float32
+and float64.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 from conformance_tests.harness import assert_close, assert_equal
 from reference_impl import _checks
-from reference_impl.ppo import update
+from reference_impl.ppo import fast, update
 
 pytestmark = pytest.mark.meta
 
@@ -46,7 +47,7 @@ def test_fused_loss_terms_equal_the_plain_ones(seed, dtype, spread):
     want, want_m = update.loss_terms_deferred(z, v, mb, old_log_prob=old, **HP)
     want_gz, want_gv = torch.autograd.grad(want, (z, v))
     zf, vf = logits.clone().requires_grad_(), values.clone().requires_grad_()
-    got, got_m = update.loss_terms_fused(zf, vf, mb, old_log_prob=old, **HP)
+    got, got_m = fast.loss_terms_fused(zf, vf, mb, old_log_prob=old, **HP)
     gz, gv = torch.autograd.grad(got, (zf, vf))
     assert_close(got, want, "PPO-LOSS-3", what="fused loss == plain loss")
     assert_equal(sorted(got_m), sorted(want_m), "PPO-LOSS-3", "the same diagnostics")
@@ -56,7 +57,7 @@ def test_fused_loss_terms_equal_the_plain_ones(seed, dtype, spread):
     assert_close(gv, want_gv, "PPO-LOSS-2", what="gradient into the values")
 
 
-def _run(guards: bool, target_kl, fused: bool):
+def _run(guards: bool, target_kl, minibatch_loss):
     torch.manual_seed(0)
     actor, critic = torch.nn.Linear(5, 9), torch.nn.Linear(5, 1)
     opt = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=0.05)
@@ -65,7 +66,8 @@ def _run(guards: bool, target_kl, fused: bool):
     batch = {**mb, "obs": torch.randn(64, 5, generator=g), "old_log_prob": old}
     with _checks.validation(guards):
         recs = update.ppo_update(actor, critic, opt, batch, epochs=3, minibatch_size=16, max_grad_norm=0.5,
-                                 target_kl=target_kl, generator=torch.Generator().manual_seed(2), fused=fused, **HP)
+                                 target_kl=target_kl, generator=torch.Generator().manual_seed(2),
+                                 minibatch_loss=minibatch_loss, **HP)
     return [p.detach() for p in (*actor.parameters(), *critic.parameters())], recs
 
 
@@ -73,8 +75,8 @@ def _run(guards: bool, target_kl, fused: bool):
 @pytest.mark.parametrize("guards", [True, False])
 @pytest.mark.parametrize("target_kl", [None, 1e9])  # metrics once per update / once per minibatch
 def test_fused_update_follows_the_plain_one(target_kl, guards):
-    want_p, want_r = _run(True, target_kl, fused=False)
-    got_p, got_r = _run(guards, target_kl, fused=True)
+    want_p, want_r = _run(True, target_kl, update.minibatch_loss_deferred)
+    got_p, got_r = _run(guards, target_kl, fast.minibatch_loss_fused)
     for w, g_ in zip(want_p, got_p):
         # the fast loss rounds differently: held to the loss clause's tolerance, not UPDATE-1's exactness
         assert_close(g_, w, "PPO-LOSS-3", what="parameters after the update")

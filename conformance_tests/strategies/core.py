@@ -186,7 +186,8 @@ _ORDERED = (("gamma_min", "gamma_max"),)
 def keyword_arguments(draw, op: str, **fixed):
     """Every keyword hyper-parameter of ``op`` ("family.op") drawn from its valid range; ``fixed``
     pins some (e.g. ``alpha`` a test supplies itself). Ordered pairs come out ordered, and a declared
-    convention that fixes a keyword (huber_delta, log_ratio_clamp) pins it."""
+    convention that fixes a keyword (huber_delta, log_ratio_clamp) or a value the library hard-codes
+    (``pinned``) pins it."""
     kw = {name: draw(strategy) for name, strategy in KEYWORD_RANGES[op].items() if name not in fixed}
     if op == "sac.critic_loss" and "delta" in kw:  # huber_delta: δ = 1 unless any δ is declared supported
         kw["delta"] = harness.critic_delta(kw["delta"])
@@ -195,4 +196,4 @@ def keyword_arguments(draw, op: str, **fixed):
     for lo, hi in _ORDERED:
         if lo in kw and hi in kw and kw[lo] > kw[hi]:
             kw[lo], kw[hi] = kw[hi], kw[lo]
-    return {**kw, **fixed}
+    return {**harness.pin(op, kw), **fixed}  # a hard-coded (pinned) value replaces the drawn one

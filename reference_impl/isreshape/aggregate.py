@@ -1,4 +1,4 @@
-r"""Aggregation of a [B, T] per-token loss into a scalar, in the modes RL-for-LLM libraries offer (issue 10).
+r"""Aggregation of a [B, T] per-token loss into a scalar, in the modes RL-for-LLM libraries offer.
 
 The seed's loss (§9, appendix C) is ``token-mean``: one mean over every response token of the
 batch. Libraries also average per sequence first (``seq-mean-token-mean``, ``seq-mean-token-sum``)

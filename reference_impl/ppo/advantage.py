@@ -1,4 +1,4 @@
-r"""GAE(λ) over the last (time) axis with terminated and truncated steps apart (issue 10).
+r"""GAE(λ) over the last (time) axis with terminated and truncated steps apart.
 
 The contract form of the estimator that ``gae.py`` computes for the trainers (time-major, one
 ``done``): here every step carries the value of the state it reached, so a truncated step can

@@ -1,4 +1,4 @@
-"""PPO-Clip at the level libraries are built (issue 10): the losses of one minibatch in one call.
+"""PPO-Clip at the level libraries are built: the losses of one minibatch in one call.
 
 Composes the checked ops of ``masking`` and ``losses`` with TorchRL's ``ClipPPOLoss`` key names, so
 a library loss module can be compared with the seed's §4 update path through one call.

@@ -26,6 +26,7 @@ from reference_impl.common import RunDir, add_config_flags, arg, config_override
 from reference_impl.common import distributed as ddp
 from reference_impl.ppo.defaults import defaults
 from reference_impl.ppo.envs import ConnectFourVsRandom
+from reference_impl.ppo.fast import minibatch_loss_fused
 from reference_impl.ppo.gae import gae
 from reference_impl.ppo.losses import entropy_ratio, normalize_advantages
 from reference_impl.ppo.masking import evaluate_actions, sample_actions
@@ -150,7 +151,7 @@ def update_with(cfg: PPOHyper, actor, critic, optimizer, batch: dict, gen: torch
     return ppo_update(actor, critic, optimizer, batch, epochs=cfg.epochs, minibatch_size=cfg.minibatch_size,
                       clip_eps=cfg.clip_eps, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
                       max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, generator=gen,
-                      sync_metrics=ddp.metrics_sync(d, minimum=MINIMA), fused=True
+                      sync_metrics=ddp.metrics_sync(d, minimum=MINIMA), minibatch_loss=minibatch_loss_fused
                       )  # PPO-UPDATE-1..4, PPO-MASK-3, PPO-OLD-1, PPO-KLSTOP-1/2, PPO-GRAD-1
 
 

@@ -1,7 +1,8 @@
 """The PPO update loop: replay the stored actions under the stored masks (seed 002, §4, §7, §8).
 
 ``ppo_update`` = the loop (shuffle, minibatches, KL guard, backward, gradient clip, step) around
-``minibatch_loss`` (forward) and ``loss_terms`` (the formulas). Mutants swap the ``step`` of
+``minibatch_loss`` (forward) and ``loss_terms`` (the formulas). The minibatch loss is a parameter:
+the trainers pass the fast path of ``fast.py``, held to these formulas; mutants swap the ``step`` of
 :func:`run_update` to reproduce one anti-pattern without copying the loop.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 
 from reference_impl import _checks
 from reference_impl.ppo import losses
-from reference_impl.ppo.masking import _check_actions, _check_logits_and_mask, evaluate_actions, fill_value
+from reference_impl.ppo.masking import _check_actions, evaluate_actions
 
 REQUIRED = ("obs", "action", "old_log_prob", "mask", "advantage", "return")
 
@@ -27,73 +28,6 @@ def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], *, max_norm: float)
     if not max_norm > 0:
         raise ValueError(f"[PPO-INPUT-4] max_grad_norm={max_norm!r} must be > 0")
     return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
-
-
-class _WithGrads(torch.autograd.Function):
-    """A scalar loss whose gradients with respect to (logits, values) were computed with it."""
-
-    @staticmethod
-    def forward(ctx, logits, values, loss, g_logits, g_values):
-        ctx.save_for_backward(g_logits, g_values)
-        return loss.clone()
-
-    @staticmethod
-    def backward(ctx, upstream):
-        g_logits, g_values = ctx.saved_tensors
-        return g_logits * upstream, g_values * upstream, None, None, None
-
-
-def _min_branch_weight(unclipped, clipped, in_range):
-    """∂ min(u, c)/∂r ÷ A: 1 on the unclipped branch, the clamp's pass-through on the clipped one,
-    half of each at a tie (torch's rule for an elementwise minimum)."""
-    return torch.where(unclipped < clipped, 1.0, torch.where(unclipped > clipped, in_range, 0.5 + 0.5 * in_range))
-
-
-def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
-                     clip_eps: float, vf_coef: float, ent_coef: float) -> tuple[torch.Tensor, dict]:
-    r"""Fast path of :func:`loss_terms_deferred` for a validated batch: the same loss and diagnostics,
-    with the gradients into the logits and the values in closed form, computed with the value (one
-    autograd node instead of some thirty). With n rows, r = exp(ℓ_new − ℓ_old) and w the branch
-    weight of the clipped objective:
-
-    ∂L/∂ℓ_new = −A r w / n;  ∂ℓ_new/∂z = 1[a] − π;  ∂(−c_e H̄)/∂z = c_e π (log π + H) / n;
-    ∂L/∂V = c_v (V − R) / n.
-
-    Masked logits and log-probs as in PPO-MASK-1/4 (one log_softmax). The plain path is its oracle
-    (conformance_tests/meta/test_ppo_fastpaths.py).
-
-    Implements: PPO-LOGP-1, PPO-ENT-1, PPO-RATIO-1, PPO-KL-1, PPO-KL-2, PPO-CLIPFRAC-1, PPO-LOSS-1..4.
-    """
-    _check_logits_and_mask(logits, mb["mask"])  # the guards of evaluate_actions (off in a validated loop)
-    with torch.no_grad():
-        z, v = logits.detach(), values.detach()
-        log_pi = torch.log_softmax(z.masked_fill(~mb["mask"], fill_value(z.dtype)), dim=-1)  # PPO-MASK-1/4
-        pi = log_pi.exp()
-        idx = mb["action"].long().unsqueeze(-1)
-        new = log_pi.gather(-1, idx).squeeze(-1)  # PPO-LOGP-1
-        H = -torch.linalg.vecdot(pi, log_pi)  # PPO-ENT-1, exactly 0 from illegal entries (π = 0)
-        n, adv, ret = new.shape[0], mb["advantage"].detach(), mb["return"].detach()
-        r = losses.ratio(new, old_log_prob)  # PPO-RATIO-1
-        lo, hi = 1.0 - clip_eps, 1.0 + clip_eps
-        unclipped, clipped = r * adv, r.clamp(lo, hi) * adv
-        pl = -torch.minimum(unclipped, clipped).mean()  # PPO-LOSS-1
-        vl = 0.5 * (ret - v).pow(2).mean()  # PPO-LOSS-2
-        ent = H.mean()
-        loss = pl + vf_coef * vl - ent_coef * ent  # PPO-LOSS-3
-        in_range = ((r >= lo) & (r <= hi)).to(r.dtype)
-        d_new = -(adv * r * _min_branch_weight(unclipped, clipped, in_range)) / n
-        g_z = pi * (log_pi.add_(H[:, None]).mul_(ent_coef / n)).sub_(d_new[:, None])  # −d_new·π + entropy
-        g_z.scatter_add_(-1, idx, d_new[:, None])  # + d_new at the replayed action
-        g_v = (v - ret).mul_(vf_coef / n)
-        metrics = {
-            "loss": loss, "policy_loss": pl, "value_loss": vl, "entropy": ent,
-            "approx_kl": losses.approx_kl(old_log_prob, new),  # PPO-KL-1
-            "k3_kl": losses.k3_kl(old_log_prob, new),  # PPO-KL-2
-            "clip_fraction": losses.clip_fraction(r, clip_eps=clip_eps),  # PPO-CLIPFRAC-1
-            "ratio_mean": r.mean(), "ratio_std": r.std() if n > 1 else torch.zeros_like(r.sum()),
-            "log_prob_min": new.min(),  # §7 diagnostic, PPO-SLO-5
-        }
-    return _WithGrads.apply(logits, values, loss, g_z, g_v), metrics
 
 
 def loss_terms_deferred(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
@@ -170,16 +104,6 @@ def minibatch_loss_deferred(actor: Callable, critic: Callable, mb: dict, *, clip
     Implements: PPO-OLD-1, PPO-MAPPO-2.
     """
     return _forward(actor, critic, mb, loss_terms_deferred, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
-
-
-def minibatch_loss_fused(actor: Callable, critic: Callable, mb: dict, *, clip_eps: float, vf_coef: float,
-                         ent_coef: float) -> tuple[torch.Tensor, dict]:
-    """:func:`minibatch_loss_deferred` through :func:`loss_terms_fused` (the trainers' step: the same
-    path whether the guards are on or off, so a resumed run repeats an uninterrupted one exactly).
-
-    Implements: PPO-OLD-1, PPO-MAPPO-2.
-    """
-    return _forward(actor, critic, mb, loss_terms_fused, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef)
 
 
 def _check_batch(batch: dict) -> int:
@@ -260,7 +184,8 @@ def run_update(actor, critic, optimizer, batch: dict, *, step: Callable, epochs:
 def ppo_update(actor, critic, optimizer, batch: dict, *, epochs: int, minibatch_size: int, clip_eps: float,
                vf_coef: float, ent_coef: float, max_grad_norm: float, target_kl: float | None,
                generator: torch.Generator | None = None,
-               sync_metrics: Callable[[dict], dict] | None = None, fused: bool = False) -> list[dict]:
+               sync_metrics: Callable[[dict], dict] | None = None,
+               minibatch_loss: Callable[..., tuple[torch.Tensor, dict]] = minibatch_loss_deferred) -> list[dict]:
     r"""PPO-Clip update on a stored rollout; one metrics dict per minibatch.
 
     ``batch``: obs, optional critic_obs, action [N] long, old_log_prob [N] (cached at sampling),
@@ -268,14 +193,15 @@ def ppo_update(actor, critic, optimizer, batch: dict, *, epochs: int, minibatch_
     Each minibatch replays the stored action under the stored mask, takes mean losses, clips the
     gradient norm of the actor and of the critic at ``max_grad_norm`` and steps; when approx_kl
     exceeds 2·target_kl the update stops before stepping on that minibatch. Under DDP each rank
-    passes its own share and ``sync_metrics`` (see :func:`run_update`). ``fused``: the loss through
-    :func:`loss_terms_fused` (closed-form gradients, what the trainers use) instead of autograd
-    through the plain formulas (its oracle); both validate their inputs while the guards are on.
+    passes its own share and ``sync_metrics`` (see :func:`run_update`). ``minibatch_loss``: the
+    forward and loss of one minibatch, with :func:`minibatch_loss`'s signature and tensor diagnostics;
+    by default autograd through the plain formulas, which is the oracle of the trainers' fast path
+    (``fast.minibatch_loss_fused``, closed-form gradients). Both validate their inputs while the guards are on.
 
     Implements: PPO-UPDATE-1, PPO-UPDATE-2, PPO-UPDATE-3, PPO-MASK-3, PPO-OLD-1, PPO-LOSS-4,
     PPO-GRAD-1, PPO-KLSTOP-2.
     """
-    step = minibatch_loss_fused if fused else minibatch_loss_deferred
-    return run_update(actor, critic, optimizer, batch, step=step, epochs=epochs, minibatch_size=minibatch_size,
-                      clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef, max_grad_norm=max_grad_norm,
-                      target_kl=target_kl, generator=generator, sync_metrics=sync_metrics)
+    return run_update(actor, critic, optimizer, batch, step=minibatch_loss, epochs=epochs,
+                      minibatch_size=minibatch_size, clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef,
+                      max_grad_norm=max_grad_norm, target_kl=target_kl, generator=generator,
+                      sync_metrics=sync_metrics)

@@ -1,4 +1,4 @@
-"""The SAC update recorded once as a CUDA graph and replayed for every batch (issue 23, the GPU plan).
+"""The SAC update recorded once as a CUDA graph and replayed for every batch (the GPU plan).
 
 Run eagerly on a GPU, the update is bound by launches, not arithmetic: each of its few hundred ops is a
 kernel launched from Python, and the GPU waits between them. A CUDA graph records the whole update

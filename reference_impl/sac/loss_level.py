@@ -1,4 +1,4 @@
-"""SAC at the level libraries are built (issue 10): logits entry points and one call for the three losses.
+"""SAC at the level libraries are built: logits entry points and one call for the three losses.
 
 Nothing here is a new formula: each function composes the checked ops of ``masking``, ``backup`` and
 ``losses`` (the clauses they implement are cited where they are called), so a library whose loss

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from reference_impl import _checks
+from reference_impl.ppo.fast import minibatch_loss_fused
 from reference_impl.ppo.nets import Actor, Critic
 from reference_impl.ppo.trainer import make_optimizer
 from reference_impl.ppo.update import ppo_update
@@ -52,11 +53,13 @@ def reference_epoch(device, **overrides):
     batch = {k: v.to(device) for k, v in rows().items()}
     gen = torch.Generator(device=device).manual_seed(0)
     with _checks.validation(True):  # the first update validated, as the trainers do
-        ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=MB, generator=gen, fused=True, **hp)
+        ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=MB, generator=gen,
+                   minibatch_loss=minibatch_loss_fused, **hp)
 
     def epoch():  # the fused loss and guards off after the first batch, as the trainers run
         with _checks.validation(False):
-            return ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=MB, generator=gen, fused=True, **hp)
+            return ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=MB, generator=gen,
+                              minibatch_loss=minibatch_loss_fused, **hp)
     return epoch
 
 

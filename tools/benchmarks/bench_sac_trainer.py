@@ -1,4 +1,4 @@
-"""SAC trainer throughput: learning updates per second, environment steps included (issue 23, target 5).
+"""SAC trainer throughput: learning updates per second, environment steps included (target: 25 updates/s).
 
 Runs ``rlconform train sac`` in-process for ``--updates`` updates on a preset (``full``: the V2 sizes,
 for a GPU; ``cpu``: the CPU default) into a temporary run directory, then reads the time stamp

@@ -1,4 +1,4 @@
-"""A trainer on a GPU: its throughput and how busy it keeps the GPU (issue 23, target 6).
+"""A trainer on a GPU: its throughput and how busy it keeps the GPU (the GPU-busy target).
 
 Runs ``rlconform train NAME ...`` in-process with its own arguments, under torch.profiler with only
 CUDA activity recorded (CUPTI's kernel records; no CPU op tracing, so the trainer runs at nearly its

@@ -507,6 +507,7 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
         "implementation_name": payload.get("impl_name"),
         "implementation_version": payload.get("impl_version"),
         "implementation_commit": payload.get("impl_commit"),
+        **({"steps_itself": payload["impl_steps_itself"]} if payload.get("impl_steps_itself") else {}),
         **_versions(),
         "families": audited,
         "spec_versions": {f: spec.families[f].version for f in audited if f in spec.families},
@@ -703,6 +704,10 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
         + f", profile `{info['profile']}`, seed `{info.get('seed')}`, device `{info['device']}`, "
           f"torch {info['torch']}, finished {info['finished']}",
     ]
+    if info.get("steps_itself"):
+        out.append("- gradients measured from the library's own optimiser step (it calls backward() and step() "
+                   "itself; only the leaves it steps can show a gradient): "
+                   + "; ".join(f"`{op}` {', '.join(keys)}" for op, keys in info["steps_itself"].items()))
     out += _findings_section(report["clauses"])
     out += _deviation_section(report["clauses"])
     for st, head in (("not_run", "Not run"), ("untested", "No test in this suite")):

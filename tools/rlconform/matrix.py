@@ -93,6 +93,8 @@ ADAPTERS = (
     # verl pins tensordict and transformers below torchrl's and the LM trainer's: no extra, no dependencies
     Adapter("verl", "conformance_tests.adapters.verl:make", ("verl",), "verl",
             'pip install --no-deps "verl>=0.9,<0.10" && pip install ray omegaconf codetiming'),
+    Adapter("d3rlpy", "conformance_tests.adapters.d3rlpy:make", ("d3rlpy",), "d3rlpy",
+            'pip install "rlconform[d3rlpy]"'),
 )
 
 
@@ -339,7 +341,7 @@ def run(libraries: Iterable[str] | None, out: Path, *, profile: str = "ci", jobs
         lib_out.mkdir(parents=True, exist_ok=True)
         payload = audit.run_suite(pf.impl_string, profile=profile, families=families, jobs=jobs, timeout=timeout,
                                   on_event=on_event, log=lib_out / "pytest.log")
-        payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit)
+        payload.update(pf.info())
         report = audit.clause_report(payload)
         audit.write_report(report, lib_out)
         info.update(families=families, audited=report["run_info"].get("finished"), exit_code=report["summary"]["exit_code"],

@@ -7,9 +7,11 @@ import re
 import sys
 import textwrap
 
+from rlconform.spec import default_spec
+
 from conformance_tests import contract
 from tools.site.introspect import signature, summary
-from tools.site.markup import docstring_markdown
+from tools.site.markup import clause_link, docstring_markdown
 
 
 def contract_families() -> list[str]:
@@ -33,7 +35,21 @@ def contract_page(family: str) -> str:
         fn = getattr(proto, n)
         out += [f"## `{n}` {{ #{n} }}", "", "```python", f"def {signature(fn, n)}", "```", "",
                 _doc_block(fn.__doc__ or ""), ""]
+        out += _outputs_table(f"{family}.{n}")
     return "\n".join(out)
+
+
+def _outputs_table(op: str) -> list[str]:
+    """The op's documented result dict (``OUTPUTS``): each key, the clause that fixes it, whether it is required."""
+    documented = contract.outputs(op)
+    if not documented:
+        return []
+    spec, page = default_spec(), f"contract/{op.split('.')[0]}.md"
+    rows = [f"| `{key}` | {clause_link(spec, o.clause, page)} | "
+            f"{'yes' if o.required else 'no'} | {docstring_markdown(o.meaning, table=True)} |"
+            for key, o in documented.items()]
+    return [f"Result dict (`OUTPUTS[\"{op.split('.', 1)[1]}\"]`):", "", "| key | clause | required | holds |",
+            "|---|---|---|---|", *rows, ""]
 
 
 def _doc_block(doc: str) -> str:

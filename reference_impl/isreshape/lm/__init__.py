@@ -1,4 +1,4 @@
-"""IS Reshape v4 on a Hugging Face causal LM (seed 003; issue 12 item 1).
+"""IS Reshape v4 on a Hugging Face causal LM (seed 003).
 
 ``task`` (addition with an exact-match reward), ``model`` (load / build / score / sample),
 ``losses`` (masked token reductions), ``trainer`` (the loop and ``cli``), ``plot`` (results page).

@@ -101,7 +101,7 @@ def run(args, rest) -> int:
     if payload.get("preflight_error"):
         print(f"rlconform audit: the implementation cannot be run:\n{payload['preflight_error']}", file=sys.stderr)
         return audit.EXIT_IMPL
-    payload.update(impl_name=pf.name, impl_version=pf.version, impl_commit=pf.commit)
+    payload.update(pf.info())
     report = audit.clause_report(payload)
     rj, cm = audit.write_report(report, out)  # first: a closed pipe (`| tee` after Ctrl-C) must not lose it
     if payload.get("interrupted"):

@@ -1,0 +1,143 @@
+"""What an adapter can declare beyond the seed's choices: the temperature's variable, an α left attached in the
+actor loss, hyper-parameters the library hard-codes, code that steps itself, and the documented result dicts.
+
+Each declaration is exercised on a reference variant that behaves like such a library (d3rlpy's discrete SAC has
+all four): declared, the clauses pass as deviations with the right entries; undeclared, the same code fails.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from rlconform.audit import clause_report, render_checklist, run_suite
+from rlconform.spec import default_spec
+
+import reference_impl
+from conformance_tests import contract
+from conformance_tests.adapters import measured_loss, step_gradients
+from conformance_tests.impl import override
+from conformance_tests.preflight import PreflightError, check_capabilities
+from conformance_tests.preflight import run as preflight
+
+HERE = "conformance_tests.meta.test_registry"
+CLAUSES = ["SAC-TEMP-2", "SAC-LOSSES-1", "SAC-LOSSES-2"]
+HARD_KAPPA = 0.98
+LIBRARY_LIKE = {"conventions": {"temperature_param": "alpha", "alpha_in_actor_loss": "attached_unstepped"},
+                "pinned": {"sac.losses": {"kappa": HARD_KAPPA}}, "steps_itself": {"sac.losses": ["loss_alpha"]}}
+
+
+def _library_like_losses(ref):
+    """sac.losses as d3rlpy computes them: κ hard-coded, α attached in the actor loss, and the temperature loss
+    written in α and stepped by the library itself (measured back through an SGD step at lr 1)."""
+    def losses(policy, critic, target_critic, batch, *, log_alpha, gamma, kappa=0.9, delta=1.0, top_p=1.0):
+        out = dict(ref.sac.losses(policy, critic, target_critic, batch, log_alpha=log_alpha.detach(), gamma=gamma,
+                                  kappa=HARD_KAPPA, delta=delta, top_p=top_p))
+        logits, legal = policy(batch["obs"]), batch["legal_mask"]
+        with torch.no_grad():
+            gap = out["entropy"] - HARD_KAPPA * legal.sum(-1).to(logits.dtype).log().mean()
+            probs = torch.softmax(logits.masked_fill(~legal, -math.inf), -1)
+            pi_log_pi = (probs * torch.log(probs.clamp_min(1e-30))).sum(-1).mean()
+        alpha = log_alpha.exp()
+        out["loss_actor"] = out["loss_actor"] + (alpha - alpha.detach()) * pi_log_pi  # same value, α attached
+        own = torch.nn.Parameter(log_alpha.detach().clone())  # the library's own leaf and optimiser
+        opt = torch.optim.SGD([own], lr=1.0)
+
+        def step():
+            opt.zero_grad()
+            (own.exp() * gap).backward()
+            opt.step()
+        (grad,) = step_gradients(step, [own])
+        out["loss_alpha"] = measured_loss(alpha.detach() * gap, {log_alpha: grad})
+        return out
+    return losses
+
+
+def _library_like(declare: bool):
+    ref = reference_impl.make()
+    impl = override(ref, "sac", losses=_library_like_losses(ref),
+                    temperature_loss=lambda log_alpha, entropy, target: log_alpha.exp() * (entropy - target).detach().mean())
+    impl.capabilities = {"errors_name_clauses": True, **(LIBRARY_LIKE if declare else {})}
+    return impl
+
+
+def library_like_declared():
+    return _library_like(True)
+
+
+def library_like_undeclared():
+    return _library_like(False)
+
+
+def losses_without_loss_alpha():
+    ref = reference_impl.make()
+    return override(ref, "sac", losses=lambda *a, **k: {key: v for key, v in ref.sac.losses(*a, **k).items()
+                                                        if key != "loss_alpha"})
+
+
+def test_declared_registry_entries_turn_failures_into_deviations():
+    pf = preflight(f"{HERE}:library_like_declared", families=["sac"])
+    report = clause_report({**run_suite(pf.impl_string, clauses=CLAUSES), **pf.info()})  # as rlconform audit does
+    status = {c["id"]: c for c in report["clauses"]}
+    assert {c: status[c]["status"] for c in CLAUSES} == dict.fromkeys(CLAUSES, "deviation"), report["clauses"]
+    named = {d["convention"]: d for c in CLAUSES for d in status[c]["deviations"]}
+    assert named["temperature_param"]["declared"] == "alpha"
+    assert named["alpha_in_actor_loss"]["declared"] == "attached_unstepped"
+    pinned = named["pinned sac.losses(kappa)"]
+    assert (pinned["declared"], pinned["seed"]) == (HARD_KAPPA, 0.9) and "hard-coded" in pinned["consequence"]
+    assert "alpha_in_actor_loss" in {d["convention"] for d in status["SAC-LOSSES-2"]["deviations"]}
+    assert report["run_info"]["steps_itself"] == {"sac.losses": ["loss_alpha"]}
+    text = render_checklist(report)
+    assert "own optimiser step" in text and "`sac.losses` loss_alpha" in text and "## Deviations" in text
+
+
+def test_the_same_code_undeclared_fails_each_clause():
+    report = clause_report(run_suite(f"{HERE}:library_like_undeclared", clauses=CLAUSES))
+    status = {c["id"]: c["status"] for c in report["clauses"]}
+    assert status == dict.fromkeys(CLAUSES, "fail"), status
+
+
+def test_a_missing_documented_key_fails_naming_the_key_and_its_clause():
+    report = clause_report(run_suite(f"{HERE}:losses_without_loss_alpha", clauses=["SAC-LOSSES-1"]))
+    (clause,) = report["clauses"]
+    assert clause["status"] == "fail"
+    assert "returned no 'loss_alpha' (SAC-TEMP-2)" in clause["message"], clause["message"]
+
+
+def test_measured_loss_carries_the_gradient_of_the_library_step():
+    log_alpha = torch.tensor(-0.7, dtype=torch.float64, requires_grad=True)
+    own = torch.nn.Parameter(log_alpha.detach().clone())
+    opt = torch.optim.SGD([own], lr=1.0)
+    gap = torch.tensor(0.3, dtype=torch.float64)
+
+    def step():
+        opt.zero_grad()
+        (own.exp() * gap).backward()
+        opt.step()
+    (grad,) = step_gradients(step, [own])
+    measured_loss(torch.tensor(1.0), {log_alpha: grad}).backward()
+    assert log_alpha.grad.item() == pytest.approx(math.exp(-0.7) * 0.3, rel=1e-12)
+
+
+@pytest.mark.parametrize("caps, says", [
+    ({"pinned": {"sac.losses": {"kapa": 0.98}}}, "unknown: ['kapa']"),
+    ({"pinned": {"sac.loss": {"kappa": 0.98}}}, "not a contract op"),
+    ({"pinned": {"sac.losses": [0.98]}}, "must map keyword"),
+    ({"steps_itself": {"sac.losses": "loss_alpha"}}, "must list output keys"),
+    ({"conventions": {"temperature_param": "log"}}, "not an allowed value"),
+])
+def test_preflight_rejects_a_misspelt_declaration(caps, says):
+    with pytest.raises(PreflightError) as e:
+        check_capabilities(caps, "pkg:make")
+    assert says in str(e.value), str(e.value)
+
+
+def test_every_documented_output_names_a_clause_of_its_family():
+    spec = default_spec()
+    for family in contract.FAMILIES:
+        for op in contract.op_names(family):
+            documented = contract.outputs(f"{family}.{op}")
+            if documented:
+                assert 'OUTPUTS["' in getattr(contract.protocol(family), op).__doc__, f"{family}.{op}"
+            for key, out in documented.items():
+                assert spec.clauses[out.clause].family == family, (family, op, key, out.clause)
