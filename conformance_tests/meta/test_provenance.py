@@ -71,13 +71,16 @@ def test_a_stamped_page_without_a_clean_stamp_stops_the_site_build(tmp_path):
     docs = tmp_path / "docs"
     clean, dirty = "0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123456789abcdef01234567+dirty"
     _page(docs, "results/ppo/results.md")
-    with pytest.raises(site.ProvenanceError, match=r"results/ppo/results.md: no provenance.*tools/ppo_learning_curves"):
+    with pytest.raises(site.ProvenanceError,
+                       match=r"results/ppo/results.md: no provenance.*python -m tools\.experiments\.ppo_curves"):
         site.provenance_markdown(docs, "results/ppo/results.md", "# A page\n")
     _json(docs / "results/ppo/provenance.json", {"commit": dirty, "modified": ["reference_impl/ppo/losses.py"]})
     with pytest.raises(site.ProvenanceError, match=r"uncommitted code changes: reference_impl/ppo/losses.py"):
         site.provenance_markdown(docs, "results/ppo/results.md", "# A page\n")
-    _json(docs / "results/ppo/provenance.json", {"commit": clean, "date": "d", "command": "c"})
-    assert clean in site.provenance_markdown(docs, "results/ppo/results.md", "# A page\n")
+    _json(docs / "results/ppo/provenance.json", {"commit": clean, "date": "d", "command": "c", "regenerate": "r"})
+    md = site.provenance_markdown(docs, "results/ppo/results.md", "# A page\n")
+    # the regenerate command is the one of the stamp's commit (scripts move; an old page keeps its old command)
+    assert clean in md and "Regenerate from scratch (at commit `0123456`): `r`" in md
     # an audit's checklist takes the stamp of the report beside it; tree_commit names the tree that ran
     _page(docs, "performance/raw/audit_x_checklist.md")
     _json(docs / "performance/raw/audit_x.json", {"run_info": {"rlconform_commit": dirty, "tree_commit": clean[:7]}})

@@ -1,4 +1,4 @@
-"""Meta-tests of the results studies (tools/rlconform/study): windowed scores, paired intervals, claims."""
+"""Meta-tests of the results studies (tools/experiments): windowed scores, paired intervals, claims, the command."""
 from __future__ import annotations
 
 import json
@@ -6,9 +6,11 @@ import math
 
 import pytest
 from rlconform import cli
-from rlconform.study import analysis as an
-from rlconform.study import isreshape_lm as study
-from rlconform.study.grid import Job, run_grid, updates_done
+
+from tools.experiments import analysis as an
+from tools.experiments import isreshape_lm as study
+from tools.experiments.grid import Job, run_grid, updates_done
+from tools.experiments.study import main as study_main
 
 pytestmark = pytest.mark.meta
 
@@ -63,10 +65,23 @@ def test_a_bad_lr_file_stops_the_study_before_any_run(tmp_path, capsys):
 
     (tmp_path / "lr.json").write_text(json.dumps({"v4": 1e-4}))
     argv = ["study", "isreshape-lm", "--out", str(tmp_path / "s"), "--arms", "v4,ppo", "--lr-from"]
-    assert cli.main([*argv, str(tmp_path / "lr.json")]) == 2
+    assert study_main([*argv, str(tmp_path / "lr.json")]) == 2
     assert "no positive learning rate for arm 'ppo'" in capsys.readouterr().err
-    assert cli.main([*argv, str(tmp_path / "missing.json")]) == 2
+    assert study_main([*argv, str(tmp_path / "missing.json")]) == 2
     assert not (tmp_path / "s").exists()  # nothing started
+
+
+def test_the_study_names_its_own_command_and_the_engine_has_none(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(study, "run", lambda out, **kw: None)  # no training
+    monkeypatch.setattr(study, "publish", lambda out, dest, **kw: "published")
+    out = tmp_path / "s"
+    assert study_main(["study", "isreshape-lm", "--out", str(out), "--parallel", "1", "--publish", "page"]) == 0
+    # the page names the command that made the runs, not where it was published
+    command = (out / "command.txt").read_text()
+    assert command == f"python -m tools.experiments study isreshape-lm --out {out} --parallel 1\n"
+    with pytest.raises(SystemExit) as e:  # results studies are checkout-only: the shipped CLI does not run them
+        cli.main(["study", "isreshape-lm", "--out", str(out)])
+    assert e.value.code == 2 and "invalid choice: 'study'" in capsys.readouterr().err
 
 
 def test_the_sweep_keeps_the_rate_with_the_best_windowed_held_out_score(tmp_path):

@@ -1,4 +1,4 @@
-"""Meta-tests of the CCAPO TextWorld study (tools/rlconform/study/ccapo_textworld.py): pairing, the initial
+"""Meta-tests of the CCAPO TextWorld study (tools/experiments/ccapo_textworld.py): pairing, the initial
 model apart from the RL seed, resumability, and a page whose claims come from the intervals. No game is played."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlconform.study import ccapo_textworld as st
+from tools.experiments import ccapo_textworld as st
 
 pytestmark = pytest.mark.meta
 
@@ -153,7 +153,7 @@ def _study(out: Path) -> None:
 def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_path, monkeypatch):
     import functools
 
-    from rlconform.study import analysis as an
+    from tools.experiments import analysis as an
 
     monkeypatch.setattr(an, "paired_bootstrap", functools.partial(an.paired_bootstrap, reps=1000))  # a fast page
     _study(tmp_path / "s")
@@ -175,8 +175,9 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
     for f in ("curves.png", "runs.tar.gz", "summary.csv"):
         assert (dest / f).stat().st_size > 0
     prov = json.loads((dest / "provenance.json").read_text())
-    assert prov["commit"] and "rlconform study ccapo-textworld" in prov["study_command"]
-    assert prov["command"].endswith(f"--variant single --no-run --publish {dest}")
+    assert prov["commit"] and "python -m tools.experiments study ccapo-textworld" in prov["study_command"]
+    assert prov["command"] == (f"python -m tools.experiments study ccapo-textworld --out {tmp_path / 's'} "
+                               f"--variant single --no-run --publish {dest}")
 
 
 def test_an_unfinished_study_is_not_published(tmp_path):
@@ -188,12 +189,12 @@ def test_an_unfinished_study_is_not_published(tmp_path):
 
 
 def test_the_study_command_rejects_what_this_study_does_not_have_before_any_run(tmp_path, capsys):
-    from rlconform import cli
+    from tools.experiments.study import main
 
     base = ["study", "ccapo-textworld", "--out", str(tmp_path / "s")]
-    assert cli.main([*base, "--lr-from", str(tmp_path / "lr.json")]) == 2
-    assert cli.main([*base, "--variant", "tiny"]) == 2
-    assert cli.main([*base, "--arms", "ccapo,ppo"]) == 2
+    assert main([*base, "--lr-from", str(tmp_path / "lr.json")]) == 2
+    assert main([*base, "--variant", "tiny"]) == 2
+    assert main([*base, "--arms", "ccapo,ppo"]) == 2
     err = capsys.readouterr().err
     assert "has no learning-rate sweep" in err and "--variant tiny: choose from single, multiroom" in err
     assert "unknown arm 'ppo'" in err and not (tmp_path / "s").exists()

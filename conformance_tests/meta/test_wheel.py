@@ -55,6 +55,7 @@ def test_the_wheel_ships_the_suite_and_its_data_not_its_meta_tests(installed):
     assert "conformance_tests/adapters/pins.yaml" in names and "rlconform/spec/sac.yaml" in names
     assert "conformance_tests/test_sac_temperature.py" in names or any(n.startswith("conformance_tests/test_sac") for n in names)
     assert not [n for n in names if n.startswith("conformance_tests/meta/") or "forkserver" in n]
+    assert not [n for n in names if "experiments" in n or n.startswith(("rlconform/study", "tools/"))]
 
 
 def test_the_installed_package_is_the_one_that_runs(installed):

@@ -18,12 +18,15 @@ STAMP_FILE = "provenance.json"  # rlconform.provenance.stamp(), written beside a
 STAMPED_DIRS = ("results/", "audits/", "performance/", "mutation/")
 # The command that regenerates a page's figures, named when its stamp is missing or dirty.
 REGENERATE = {
-    "results/ppo/": "python tools/ppo_learning_curves.py --seeds 0,1,2",
-    "results/isreshape/lm": "rlconform study isreshape-lm --out DIR --publish docs/results/isreshape/lm... (see the page)",
-    "results/isreshape/": "python docs/results/isreshape/plot_curves.py --train",
+    "results/ppo/": "python -m tools.experiments.ppo_curves --seeds 0,1,2",
+    "results/isreshape/lm": "python -m tools.experiments study isreshape-lm --out DIR "
+                            "--publish docs/results/isreshape/lm... (see the page)",
+    "results/isreshape/": "python -m tools.experiments.isreshape_curves --train",
+    "results/ccapo/textworld-study/": "python -m tools.experiments study ccapo-textworld --out DIR "
+                                      "--publish docs/results/ccapo/textworld-study (see the page)",
     "results/ccapo/textworld/": "python -m reference_impl.ccapo.textworld.plot RUNS --out docs/results/ccapo/textworld",
-    "results/ccapo/": "python docs/results/ccapo/plot_curves.py --train --seeds 0,1,2",
-    "results/sac/": "python docs/results/sac/build.py SUITE CEILING.jsonl REEVAL.jsonl SUPERVISED.jsonl EXTRA "
+    "results/ccapo/": "python -m tools.experiments.ccapo_curves --train --seeds 0,1,2",
+    "results/sac/": "python -m tools.experiments.sac.build SUITE CEILING.jsonl REEVAL.jsonl SUPERVISED.jsonl EXTRA "
                     "(see the page)",
 }
 MAX_DATA_LINKS = 12
@@ -116,8 +119,9 @@ def provenance_markdown(docs_dir: Path, src_uri: str, markdown: str) -> str | No
     md = render_markdown(facts, data_files=shown)
     if origin != STAMP_FILE:
         md += f"\n    Stamp read from [{origin}]({origin}), the run this page reports on.\n"
-    if facts.get("regenerate"):  # the command that re-runs the experiments, not only the plotting
-        md += f"\n    Regenerate from scratch: `{facts['regenerate']}`\n"
+    if facts.get("regenerate"):  # the command that re-runs the experiments, as it was named at the stamp's commit
+        at = f" (at commit `{facts['commit'][:7]}`)" if facts.get("commit") else ""
+        md += f"\n    Regenerate from scratch{at}: `{facts['regenerate']}`\n"
     if len(files) > len(shown):
         md += f"    (and {len(files) - len(shown)} more data files in this directory)\n"
     return md

@@ -1,4 +1,4 @@
-"""rlconform: audit an implementation, inspect the spec, run mutants, check gates, train, run studies."""
+"""rlconform: audit an implementation, inspect the spec, run mutants, check gates, train."""
 from __future__ import annotations
 
 import argparse
@@ -6,13 +6,12 @@ import sys
 import traceback
 
 from rlconform.cli import audit as audit_cmd
-from rlconform.cli import gate, matrix, mutants, spec, study, train
+from rlconform.cli import gate, matrix, mutants, spec, train
 from rlconform.cli._common import AuditProgress, UsageError  # noqa: F401  (the commands' shared pieces)
 from rlconform.cli.train import TRAINERS  # noqa: F401  (the trainers' registry, read by the benchmarks)
 
 # One module per command: ``add_parser(sub)`` declares its options, ``run(args, rest)`` returns its exit code.
-COMMANDS = {"audit": audit_cmd, "spec": spec, "mutants": mutants, "matrix": matrix, "gate": gate, "train": train,
-            "study": study}
+COMMANDS = {"audit": audit_cmd, "spec": spec, "mutants": mutants, "matrix": matrix, "gate": gate, "train": train}
 PASS_THROUGH = ("train",)  # commands whose unknown arguments belong to what they run
 
 
@@ -43,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    args.argv_ = argv
     if rest and args.cmd not in PASS_THROUGH:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     name = args.cmd if args.cmd != "spec" else f"spec {args.spec_cmd}"

@@ -1,14 +1,14 @@
 """Plot the CCAPO key-and-chest runs: success and episode length per update, CCAPO vs macro-only, seed spread shaded.
 
-    python docs/results/ccapo/plot_curves.py --train --seeds 0,1,2   # 12 runs of about 1 CPU minute, then plot
-    python docs/results/ccapo/plot_curves.py --runs DIR              # plot runs made by the commands below
+    python -m tools.experiments.ccapo_curves --train --seeds 0,1,2   # 12 runs of about 1 CPU minute, then plot
+    python -m tools.experiments.ccapo_curves --runs DIR              # plot runs made by the commands below
 
 Runs: ``rlconform train ccapo --out DIR/<setting>/<variant>/seed<S> --seed S [--beta 0] [--layout-prior 0.8]``
 for the settings ``uniform`` (key and chest anywhere) and ``prior`` (``--layout-prior 0.8``) and the variants
-``ccapo`` (β = 0.5, the default) and ``macro`` (β = 0). The script copies each run's ``metrics.jsonl`` and
-``config.json`` to ``runs/<setting>/<variant>/seed<S>/`` beside this file, draws ``ccapo_training.png`` and
-``ccapo_training_prior.png``, fills the tables of ``results.md`` (between its ``plot_curves`` markers) and
-writes ``provenance.json``.
+``ccapo`` (β = 0.5, the default) and ``macro`` (β = 0). Into ``--out`` (default docs/results/ccapo/) the script
+copies each run's ``metrics.jsonl`` and ``config.json`` to ``runs/<setting>/<variant>/seed<S>/``, draws
+``ccapo_training.png`` and ``ccapo_training_prior.png``, fills the tables of ``results.md`` (between its
+``plot_curves`` markers) and writes ``provenance.json``.
 Random play is measured here on fresh layouts of the same generator; the optimum is the shortest episode.
 """
 from __future__ import annotations
@@ -19,9 +19,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "tools"))
-from ppo_learning_curves import SEED_COLORS, copy_runs, fill, hline, legend_below, nanmean, plt, read_jsonl, runnable, save, seed_band, write_stamp  # noqa: E402
+from tools.experiments.ppo_curves import (
+    SEED_COLORS,
+    copy_runs,
+    fill,
+    hline,
+    legend_below,
+    nanmean,
+    plt,
+    read_jsonl,
+    runnable,
+    save,
+    seed_band,
+    write_stamp,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "results" / "ccapo"  # the page, its plots and runs
 
 SETTINGS = {"uniform": ("uniform layouts", []), "prior": ("layouts with a shared regularity (prior 0.8)",
                                                           ["--layout-prior", "0.8"])}
@@ -92,11 +105,13 @@ def table(by_variant: dict[str, list[list[dict]]], seeds: list[int], rand: tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.experiments.ccapo_curves",
+                                description=__doc__.strip().splitlines()[0])
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--runs", default=None, help="directory holding <setting>/<variant>/seed<S>/ runs")
     p.add_argument("--train", action="store_true", help="run the training commands first")
-    p.add_argument("--out", default=str(HERE), help="where the PNGs, runs/ and provenance.json go (results.md there gets the tables)")
+    p.add_argument("--out", default=str(DOCS),
+                   help="where the PNGs, runs/ and provenance.json go (results.md there gets the tables)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     out = Path(args.out)
@@ -116,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         plot(setting, runs[setting], rand[setting], out / PNG[setting])
     for setting in SETTINGS:
         fill(out / "results.md", f"table-{setting}", table(runs[setting], seeds, rand[setting]))
-    write_stamp(out, ["python", "docs/results/ccapo/plot_curves.py", *(argv if argv is not None else sys.argv[1:])],
+    write_stamp(out, ["python", "-m", "tools.experiments.ccapo_curves", *(sys.argv[1:] if argv is None else argv)],
                 packages=("matplotlib",),
-                extra={"regenerate": f"python docs/results/ccapo/plot_curves.py --train --seeds {args.seeds}",
+                extra={"regenerate": f"python -m tools.experiments.ccapo_curves --train --seeds {args.seeds}",
                        "train_commands": [" ".join(train_command(st, v, s, Path("RUNS")))
                                           for st in SETTINGS for s in seeds for v in VARIANTS],
                        "random_play": {k: {"success_rate": a, "mean_steps": b} for k, (a, b) in rand.items()}})

@@ -1,11 +1,11 @@
-"""Regenerate docs/results/sac from a finished suite and the n-gram ceiling probe.
+"""Regenerate docs/results/sac from a finished suite and the n-gram ceiling probe (run from the repository root).
 
     python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 2
-    python docs/results/sac/ngram_ceiling.py CEILING.jsonl --windows 1 2 4 8
-    python docs/results/sac/reevaluate.py SUITE REEVAL.jsonl     # optional: figures added after the suite ran
-    python docs/results/sac/build.py SUITE CEILING.jsonl [REEVAL.jsonl [SUPERVISED.jsonl [EXTRA_DIR]]]
+    python -m tools.experiments.sac.ngram_ceiling CEILING.jsonl --windows 1 2 4 8
+    python -m tools.experiments.sac.reevaluate SUITE REEVAL.jsonl     # optional: figures added after the suite ran
+    python -m tools.experiments.sac.build SUITE CEILING.jsonl [REEVAL.jsonl [SUPERVISED.jsonl [EXTRA_DIR]]]
 
-Writes, beside this file: ``runs.tar.gz`` (every run's full ``metrics.jsonl``, from which each gate
+Writes into docs/results/sac/: ``runs.tar.gz`` (every run's full ``metrics.jsonl``, from which each gate
 recomputes), ``curves.jsonl`` (every evaluation record and every 5th training record of each run, tagged
 with ``run``, for the plot), ``gates.jsonl`` (the suite's gate record), ``ceiling.jsonl``,
 ``provenance.json``, ``curves.png`` and the figures block of ``results.md`` (between the
@@ -21,9 +21,11 @@ from pathlib import Path
 
 from rlconform.spec import gates as gate
 from rlconform.provenance import render_markdown, stamp
-from rlconform.study.grid import write_archive
 
-HERE = Path(__file__).resolve().parent
+from tools.experiments.grid import write_archive
+
+ROOT = Path(__file__).resolve().parents[3]  # the repository
+DOCS = ROOT / "docs" / "results" / "sac"  # the page and its data
 THIN = 5  # keep every THIN-th training record (all evaluation records are kept)
 BEGIN, END = "<!-- figures -->", "<!-- /figures -->"
 
@@ -56,7 +58,8 @@ def figures_md(suite: Path, ceiling: list[dict], summary: dict) -> str:
     for name, r in last_eval.items():
         lines.append(f"| {name} | {r['update']} | {r['minutes']:.0f} | {_pct(r['top1_hit'])} | {_pct(r['top3_hit'])} "
                      f"| {_pct(r['coverage'])} | {_pct(r['consistency'])} | {r['ood_gain_pp']:+.2f} | {r['consistency_gain_pp']:+.2f} |")
-    lines += ["", "Count-model estimate of what the observation window allows (`ngram_ceiling.py`, same evaluation):", "",
+    lines += ["", "Count-model estimate of what the observation window allows (`tools.experiments.sac.ngram_ceiling`, "
+              "same evaluation):", "",
               "| writer | top-1 hit | top-3 hit | 4-gram coverage | consistency | ood_gain_pp |", "|---|---:|---:|---:|---:|---:|"]
     for c in ceiling:
         if "window" in c:
@@ -92,8 +95,8 @@ def ablation_md(summary: dict) -> list[str]:
 
 
 def reeval_md(rows: list[dict]) -> str:
-    lines = ["Final checkpoints scored again by `reevaluate.py` (same positions and passages; the figures match the "
-             "training log, plus the corpus-level diagnostic):", "",
+    lines = ["Final checkpoints scored again by `tools.experiments.sac.reevaluate` (same positions and passages; the "
+             "figures match the training log, plus the corpus-level diagnostic):", "",
              "| run | update | top-1 hit | 4-gram coverage | heldout_4gram_share | unigram baseline's share |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -118,52 +121,57 @@ def main(suite: str, ceiling_path: str, reeval_path: str | None = None, supervis
     suite_dir = Path(suite)
     summary = json.loads((suite_dir / "gates.jsonl").read_text(encoding="utf-8").splitlines()[0])
     ceiling = [json.loads(ln) for ln in Path(ceiling_path).read_text(encoding="utf-8").splitlines() if ln.strip()]
-    (HERE / "curves.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in curves(suite_dir)),
+    (DOCS / "curves.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in curves(suite_dir)),
                                        encoding="utf-8")
-    shutil.copyfile(suite_dir / "gates.jsonl", HERE / "gates.jsonl")
-    shutil.copyfile(ceiling_path, HERE / "ceiling.jsonl")
+    shutil.copyfile(suite_dir / "gates.jsonl", DOCS / "gates.jsonl")
+    shutil.copyfile(ceiling_path, DOCS / "ceiling.jsonl")
     # every run's full per-update log (curves.jsonl is thinned for the plot): each gate recomputes from it
     write_archive(suite_dir, sorted(p / "metrics.jsonl" for p in suite_dir.iterdir() if (p / "metrics.jsonl").exists()),
-                  HERE / "runs.tar.gz")
+                  DOCS / "runs.tar.gz")
     data = ["runs.tar.gz", "curves.jsonl", "gates.jsonl", "ceiling.jsonl", "provenance.json"]
     extra = ""
     if reeval_path:
-        shutil.copyfile(reeval_path, HERE / "reeval.jsonl")
+        shutil.copyfile(reeval_path, DOCS / "reeval.jsonl")
         data.insert(3, "reeval.jsonl")
         extra += "\n\n" + reeval_md([json.loads(ln) for ln in Path(reeval_path).read_text(encoding="utf-8").splitlines()
                                       if ln.strip()])
     if extra_dir:  # single runs the prose quotes (a resumed longer seed, variants): their evaluation records
         runs = {p.name: [r for r in _records(p) if "top1_hit" in r] for p in sorted(Path(extra_dir).iterdir())
                 if (p / "metrics.jsonl").exists()}
-        (HERE / "extra_runs.jsonl").write_text("".join(json.dumps({"run": n, **{k: v for k, v in r.items() if k != "time"}},
-                                                                  ensure_ascii=False) + "\n"
-                                                       for n, recs in runs.items() for r in recs), encoding="utf-8")
+        (DOCS / "extra_runs.jsonl").write_text(
+            "".join(json.dumps({"run": n, **{k: v for k, v in r.items() if k != "time"}}, ensure_ascii=False) + "\n"
+                    for n, recs in runs.items() for r in recs), encoding="utf-8")
         data.insert(3, "extra_runs.jsonl")
         extra += "\n\n" + extra_md(runs)
     if supervised_path:  # the BC-alone probe the prose quotes
-        shutil.copyfile(supervised_path, HERE / "supervised.jsonl")
+        shutil.copyfile(supervised_path, DOCS / "supervised.jsonl")
         data.insert(3, "supervised.jsonl")
-    subprocess.run([sys.executable, str(HERE / "plot_curves.py"), str(HERE / "curves.jsonl"), str(HERE / "ceiling.jsonl"),
-                    str(HERE / "curves.png")], check=True)
+    subprocess.run([sys.executable, "-m", "tools.experiments.sac.plot_curves", str(DOCS / "curves.jsonl"),
+                    str(DOCS / "ceiling.jsonl"), str(DOCS / "curves.png")], check=True, cwd=ROOT)
     cmd = ("python -m rlconform.golive --out SUITE --seeds 0 1 2 --updates 600 --ablation-updates 300 --jobs 2; "
-           "python docs/results/sac/ngram_ceiling.py CEILING.jsonl --windows 1 2 4 8; "
-           "python docs/results/sac/reevaluate.py SUITE REEVAL.jsonl; "
-           "python docs/results/sac/supervised_probe.py SUPERVISED.jsonl --steps 4000 --eval-every 500; "
+           "python -m tools.experiments.sac.ngram_ceiling CEILING.jsonl --windows 1 2 4 8; "
+           "python -m tools.experiments.sac.reevaluate SUITE REEVAL.jsonl; "
+           "python -m tools.experiments.sac.supervised_probe SUPERVISED.jsonl --steps 4000 --eval-every 500; "
            "cp -r SUITE/seed0 EXTRA/seed0_to_1500 && python -m reference_impl.sac.trainer --out EXTRA/seed0_to_1500 "
            "--updates 1500 --resume; python -m reference_impl.sac.trainer --out EXTRA/rho025_bc3 --updates 1200 "
            "--eval-every 300 --set rho=0.25 --set lambda_bc=3.0 (and EXTRA/rho025_bc3_kappa05 with --set kappa=0.5); "
-           "python docs/results/sac/build.py SUITE CEILING.jsonl REEVAL.jsonl SUPERVISED.jsonl EXTRA")
+           "python -m tools.experiments.sac.build SUITE CEILING.jsonl REEVAL.jsonl SUPERVISED.jsonl EXTRA")
     facts = stamp(cmd, packages=("snownlp", "jieba", "matplotlib"))
-    (HERE / "provenance.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+    (DOCS / "provenance.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
     block = "\n".join([BEGIN, render_markdown(facts, data_files=data), "![curves](curves.png)", "",
                        figures_md(suite_dir, ceiling, summary) + extra, END])
-    page = (HERE / "results.md").read_text(encoding="utf-8")
+    page = (DOCS / "results.md").read_text(encoding="utf-8")
     if BEGIN in page and END in page:
         page = page[: page.index(BEGIN)] + block + page[page.index(END) + len(END):]
     else:
         page = page.rstrip() + "\n\n" + block + "\n"
-    (HERE / "results.md").write_text(page, encoding="utf-8")
+    (DOCS / "results.md").write_text(page, encoding="utf-8")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    args = sys.argv[1:]
+    asked = bool({"-h", "--help"} & set(args))
+    if asked or not 2 <= len(args) <= 5:
+        print(__doc__.strip(), file=sys.stdout if asked else sys.stderr)
+        sys.exit(0 if asked else 2)
+    main(*args)

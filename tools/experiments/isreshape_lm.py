@@ -1,6 +1,6 @@
 """The IS-Reshape LM study: every arm x 5 RL seeds x 3 initial models, at each arm's best learning rate.
 
-Two phases, one command (``rlconform study isreshape-lm --out DIR``):
+Two phases, one command (``python -m tools.experiments study isreshape-lm --out DIR``):
 
 1. **Sweep.** Each arm at every learning rate of ``LRS``, on a separate initial model (pre-train seed
    ``SWEEP_PRETRAIN``) and ``SWEEP_SEEDS`` RL seeds, so the selection never sees the runs it is judged on.
@@ -18,11 +18,13 @@ from pathlib import Path
 
 from reference_impl.isreshape.lm.trainer import LmConfig, init_path
 from rlconform.provenance import stamp
-from rlconform.study import analysis as an
-from rlconform.study.analysis import read_metrics, windowed
-from rlconform.study.grid import Job, read_timings, run_grid, write_archive
-from rlconform.study.grid import flags as _flags
-from rlconform.study.plots import arm_curves
+
+from tools.experiments import analysis as an
+from tools.experiments.analysis import read_metrics, windowed
+from tools.experiments.grid import Job, read_timings, run_grid, write_archive
+from tools.experiments.grid import flags as _flags
+from tools.experiments.plots import arm_curves
+from tools.experiments.study import PROG
 
 ARMS = ("v4", "ppo", "sapo", "is", "sft")
 BASELINE = "ppo"  # the clipped objective every reshaped loss is set against
@@ -143,7 +145,9 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
 
     out, dest = Path(out), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    facts = stamp(packages=["transformers", "matplotlib"])  # before writing: the stamp names the tree as it was
+    # before writing: the stamp names the tree as it was, and the command that makes this page from the runs
+    facts = stamp(f"{PROG} study isreshape-lm --out {out} --no-run --publish {dest}"
+                  + (f" --updates {updates}" if updates != UPDATES else ""), packages=["transformers", "matplotlib"])
     chosen = json.loads((out / "chosen_lr.json").read_text())
     arms = list(chosen)
     runs = _runs(out, chosen)
@@ -155,7 +159,7 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
     cfg = cfg.get("config", cfg)
     device = cfg.get("device", "cpu")
     command = ((out / "command.txt").read_text().strip() if (out / "command.txt").exists()
-               else "rlconform study isreshape-lm --out DIR")
+               else f"{PROG} study isreshape-lm --out DIR")
 
     # one row per run: windowed scores, the start, spikes with their update
     rows = []

@@ -1,7 +1,8 @@
 """Train the reference masked PPO (connect four vs random) and MAPPO (CoopGrid) on several seeds; plot and gate.
 
-    python tools/ppo_learning_curves.py [--seeds 0,1,2] [--ppo-updates 150] [--mappo-updates 80] [--runs DIR] [--docs DIR]
-    python tools/ppo_learning_curves.py --replot            # redraw from the JSONL already in --docs/runs/
+    python -m tools.experiments.ppo_curves [--seeds 0,1,2] [--ppo-updates 150] [--mappo-updates 80] [--runs DIR]
+                                           [--docs DIR]
+    python -m tools.experiments.ppo_curves --replot            # redraw from the JSONL already in --docs/runs/
 
 Writes to ``--docs`` (default docs/results/ppo): ``ppo_curves.png`` and ``mappo_curves.png`` (the learning
 curves and the health SLOs of the seed's §11 per update: mean over seeds, min–max across seeds shaded, SLO
@@ -11,7 +12,7 @@ the SLO figures as the gate clauses aggregate them and the verdict of each PPO g
 Three seeds of both trainers take about three CPU minutes.
 
 The band and legend helpers here are shared with the other results plots
-(docs/results/isreshape/plot_curves.py, docs/results/ccapo/plot_curves.py).
+(tools/experiments/isreshape_curves.py, tools/experiments/ccapo_curves.py).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 SEED_COLORS = ("#3949ab", "#e53935", "#43a047", "#fb8c00", "#8e24aa")
 
 
@@ -290,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     from rlconform.spec.gates import evaluate
     from rlconform.spec import default_spec
 
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.experiments.ppo_curves",
+                                description=__doc__.strip().splitlines()[0])
     p.add_argument("--ppo-updates", type=int, default=150)
     p.add_argument("--mappo-updates", type=int, default=80)
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run of each trainer per seed")
@@ -318,9 +320,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                              "cover_rate": (cover, "random")}}
     best = {"trainer": {"win_rate": (1.0, "best possible")},
             "mappo_trainer": {"return": (1.0, "upper bound (the cover bonus)"), "cover_rate": (1.0, "best possible")}}
-    cmd = ["python", "tools/ppo_learning_curves.py", "--seeds", args.seeds, "--ppo-updates", str(args.ppo_updates),
-           "--mappo-updates", str(args.mappo_updates)]
-    write_stamp(docs, ["python", "tools/ppo_learning_curves.py", *(argv if argv is not None else sys.argv[1:])],
+    cmd = ["python", "-m", "tools.experiments.ppo_curves", "--seeds", args.seeds,
+           "--ppo-updates", str(args.ppo_updates), "--mappo-updates", str(args.mappo_updates)]
+    write_stamp(docs, ["python", "-m", "tools.experiments.ppo_curves", *(sys.argv[1:] if argv is None else argv)],
                 packages=("pettingzoo", "matplotlib"),
                 extra={"regenerate": " ".join(cmd), "baselines": {"connect_four_random_win_rate": win, "coop_grid_random_return": ret,
                                      "coop_grid_random_cover_rate": cover}})

@@ -1,13 +1,14 @@
 """Train, plot and tabulate the IS-Reshape token-bandit runs: four losses, ten seeds, claims from paired intervals.
 
-    python docs/results/isreshape/plot_curves.py --train     # train (about 6 CPU seconds per run), plot, fill the page
-    python docs/results/isreshape/plot_curves.py --runs DIR  # the same from runs made by the commands below
+    python -m tools.experiments.isreshape_curves --train     # train (about 6 CPU seconds per run), plot, fill the page
+    python -m tools.experiments.isreshape_curves --runs DIR  # the same from runs made by the commands below
 
 Each seed's runs come from ``rlconform train isreshape --loss v4,ppo-decoupled,ppo,doc --updates 150 --seed S
---out DIR/seedS`` (one directory per loss under it). The script copies every ``metrics.jsonl`` and ``config.json``
-to ``runs/<loss>/seed<S>/`` beside this file, draws ``reward_vs_update.png``, fills the generated blocks of
-``results.md`` and writes ``provenance.json``. The uniform-policy and optimal rewards are computed here from the
-bandit's success table (rebuilt from the run's ``env_seed`` the way the trainer documents it), not read from the runs.
+--out DIR/seedS`` (one directory per loss under it). Into ``--out`` (default docs/results/isreshape/) the script
+copies every ``metrics.jsonl`` and ``config.json`` to ``runs/<loss>/seed<S>/``, draws ``reward_vs_update.png``, fills
+the generated blocks of ``results.md`` and writes ``provenance.json``. The uniform-policy and optimal rewards are
+computed here from the bandit's success table (rebuilt from the run's ``env_seed`` the way the trainer documents it),
+not read from the runs.
 """
 from __future__ import annotations
 
@@ -20,9 +21,21 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "tools"))
-from ppo_learning_curves import SEED_COLORS, copy_runs, fill, hline, legend_below, nanmean, plt, read_jsonl, runnable, save, seed_band  # noqa: E402
+from tools.experiments.ppo_curves import (
+    SEED_COLORS,
+    copy_runs,
+    fill,
+    hline,
+    legend_below,
+    nanmean,
+    plt,
+    read_jsonl,
+    runnable,
+    save,
+    seed_band,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "results" / "isreshape"  # the page, its plot and runs
 
 LOSSES = {"v4": "v4 (ISR-LOSS-1)", "ppo-decoupled": "decoupled PPO-clip around π_prox, ε = 0.2",
           "ppo": "PPO-clip against μ, ε = 0.2", "doc": "the document's §9 code"}
@@ -54,7 +67,7 @@ def first_reaching(records: list[dict], target: float = TARGET) -> int | None:
 
 def run_row(records: list[dict]) -> dict:
     """One run's numbers: the windowed reward (the claims' metric), the curve at fixed updates, speed, drift."""
-    from rlconform.study import analysis as an
+    from tools.experiments import analysis as an
 
     at = {r["update"] + 1: r["mean_reward"] for r in records}
     kl_peak, kl_at = an.peak(records, "kl")
@@ -82,7 +95,7 @@ def table(rows: dict[str, dict[int, dict]]) -> str:
 
 def claims(rows: dict[str, dict[int, dict]]) -> str:
     """Paired comparisons over seeds (one initial model: the zero logits table) against each PPO, from intervals."""
-    from rlconform.study import analysis as an
+    from tools.experiments import analysis as an
 
     lines = []
     for base in (BASELINE, "ppo"):
@@ -110,7 +123,7 @@ def diagnostics(runs: dict[str, list[list[dict]]], seeds: list[int]) -> str:
     v4 = [r[9] for r in runs["v4"] if len(r) > 9]
     parts = [f"{k} {nanmean(r[k] for r in v4):.3g}" for k in ("weight_mean", "weight_max", "ratio_mean", "gamma_mean")]
     lines = [f"- Diagnostics of v4 at update 10 (mean over {len(v4)} seeds): " + ", ".join(parts) + "."]
-    from rlconform.study import analysis as an
+    from tools.experiments import analysis as an
 
     for loss in LOSSES:
         found = []
@@ -152,17 +165,18 @@ def train(seeds: list[int], src: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.experiments.isreshape_curves",
+                                description=__doc__.strip().splitlines()[0])
     p.add_argument("--seeds", default=SEEDS)
     p.add_argument("--runs", default=None, help="directory holding seed<S>/<loss>/ runs (default: train into /tmp)")
     p.add_argument("--train", action="store_true", help="run the training commands first")
-    p.add_argument("--out", default=str(HERE), help="where the PNG, runs/ and provenance.json go")
+    p.add_argument("--out", default=str(DOCS), help="where the PNG, runs/ and provenance.json go")
     args = p.parse_args(argv)
     from rlconform.provenance import stamp
 
     # the stamp is taken before anything is written: it names the commit as it was, not a tree made dirty by this run
-    facts = stamp(["python", "docs/results/isreshape/plot_curves.py", *(argv if argv is not None else sys.argv[1:])],
-                  packages=("matplotlib",))
+    command = ["python", "-m", "tools.experiments.isreshape_curves", *(sys.argv[1:] if argv is None else argv)]
+    facts = stamp(command, packages=("matplotlib",))
     seeds = [int(s) for s in args.seeds.split(",")]
     out = Path(args.out)
     src = Path(args.runs or "/tmp/rlconform_isreshape_runs")
@@ -188,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = stamp_extra.get("train_wall_s")
         fill(page, "cost", f"{len(seeds)} seeds x {len(LOSSES)} losses, {len(seeds) * len(LOSSES)} runs"
              + (f", {wall:.0f} s of wall time in all, one after another with one torch thread each." if wall else "."))
-    facts.update({"regenerate": f"python docs/results/isreshape/plot_curves.py --train --seeds {args.seeds}",
+    facts.update({"regenerate": f"python -m tools.experiments.isreshape_curves --train --seeds {args.seeds}",
                   "train_commands": [" ".join(train_command(s, Path("RUNS"))) for s in seeds],
                   "uniform_reward": uniform, "optimal_reward": best, **stamp_extra})
     (out / "provenance.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")

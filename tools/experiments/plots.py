@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlconform.study.analysis import series
+from tools.experiments.analysis import series
 
 
 def arm_curves(runs: dict[tuple, list[dict]], arms, panels: list[tuple[str, str, str, int]], path: Path) -> None:

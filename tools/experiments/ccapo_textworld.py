@@ -1,6 +1,6 @@
 """The CCAPO TextWorld study: CCAPO, GRPO and GiGPO (step weight 0.5 and 1) x 5 RL seeds x 3 initial models.
 
-One command, ``rlconform study ccapo-textworld --out DIR [--variant multiroom]``:
+One command, ``python -m tools.experiments study ccapo-textworld --out DIR [--variant multiroom]``:
 
 - **Pairs.** Runs of one (initial model I, RL seed S) share the network's initial weights (``--init-seed I``),
   the training games of every update and the evaluation draws (``--seeds S``) across arms, so each arm is
@@ -24,9 +24,10 @@ from reference_impl.ccapo.textworld.env import TextWorldEnv
 from reference_impl.ccapo.textworld.games import game_set, train_and_heldout
 from reference_impl.ccapo.textworld.trainer import Config
 from rlconform.provenance import stamp
-from rlconform.study import analysis as an
-from rlconform.study.analysis import read_metrics
-from rlconform.study.grid import (
+
+from tools.experiments import analysis as an
+from tools.experiments.analysis import read_metrics
+from tools.experiments.grid import (
     Job,
     elapsed_s,
     flags,
@@ -35,7 +36,8 @@ from rlconform.study.grid import (
     updates_done,
     write_archive,
 )
-from rlconform.study.plots import arm_curves
+from tools.experiments.plots import arm_curves
+from tools.experiments.study import PROG
 
 ARMS = ("ccapo", "grpo", "gigpo-w0.5", "gigpo-w1")
 BASELINE = "grpo"  # CCAPO with beta = 0: the same code without the micro stream
@@ -261,7 +263,7 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     if not runs:
         raise FileNotFoundError(f"{vdir}: no finished runs")
     # before writing: the stamp names the tree as it was, and the command that makes this page from the runs
-    facts = stamp(f"rlconform study ccapo-textworld --out {out} --variant {variant} --no-run --publish {dest}",
+    facts = stamp(f"{PROG} study ccapo-textworld --out {out} --variant {variant} --no-run --publish {dest}",
                   packages=["textworld", "matplotlib"])
     task = {"max_steps": 20, **VARIANTS[variant]["task"]}
     rows = [{"initial_model": p, "arm": a, "seed": s, **run_scores(recs, task["max_steps"])}
@@ -272,7 +274,7 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
         w.writeheader()
         w.writerows(rows)
     command = ((vdir / "command.txt").read_text().strip() if (vdir / "command.txt").exists()
-               else f"rlconform study ccapo-textworld --out DIR --variant {variant}")
+               else f"{PROG} study ccapo-textworld --out DIR --variant {variant}")
     rand = (json.loads((vdir / "random_policy.json").read_text()) if (vdir / "random_policy.json").exists()
             else random_policy(out, variant))
     lines = _page(rows, grid, variant, task, command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}",

@@ -1,8 +1,8 @@
-"""Plot the SAC suite: ``python docs/results/sac/plot_curves.py curves.jsonl ceiling.jsonl OUT.png``.
+"""Plot the SAC suite: ``python -m tools.experiments.sac.plot_curves curves.jsonl ceiling.jsonl OUT.png``.
 
 ``curves.jsonl`` holds the records of every run of the suite, each tagged with ``run`` (``seed0``..,
 ``ablate_no_bc``..): evaluation records (held-out figures) and training records (losses, α, ...).
-``ceiling.jsonl`` is the output of ``ngram_ceiling.py`` (count-model and real-text reference levels).
+``ceiling.jsonl`` is the output of ``tools.experiments.sac.ngram_ceiling`` (count-model and real-text reference levels).
 
 Top row: the four held-out figures the gates read, in percent, with the unigram baseline, the gate's
 threshold (baseline + 10 points, or + 8 for consistency), uniform random play where it is defined,
@@ -117,4 +117,9 @@ def main(curves: str, ceiling: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3])
+    args = sys.argv[1:]
+    asked = bool({"-h", "--help"} & set(args))
+    if asked or len(args) != 3:
+        print(__doc__.strip(), file=sys.stdout if asked else sys.stderr)
+        sys.exit(0 if asked else 2)
+    main(*args)

@@ -1,6 +1,6 @@
 """What a window of m characters can reach on SAC-GATE-3, without any RL: a count-based character model.
 
-``python docs/results/sac/ngram_ceiling.py OUT.jsonl [--windows 1 2 4 8] [--vocab-sizes 2000 4000]``
+``python -m tools.experiments.sac.ngram_ceiling OUT.jsonl [--windows 1 2 4 8] [--vocab-sizes 2000 4000]``
 
 The scorer is a back-off Markov model: the next-character counts of the training split after the
 longest suffix (up to m characters) of the observation that the training text contains. It is
@@ -73,7 +73,8 @@ def fluent_writers(corpus, cfg: Config, n: int = 512, seed: int = 0) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.experiments.sac.ngram_ceiling",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("out")
     p.add_argument("--windows", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--vocab-sizes", type=int, nargs="+", default=[2000])

@@ -1,6 +1,6 @@
 """How far the SAC policy network gets with teacher text alone: a training-length probe for SAC-GATE-3/7.
 
-``python docs/results/sac/supervised_probe.py OUT.jsonl [--steps 4000] [--eval-every 500] [--lr 3e-3]``
+``python -m tools.experiments.sac.supervised_probe OUT.jsonl [--steps 4000] [--eval-every 500] [--lr 3e-3]``
 
 The policy network of the CPU preset (same vocabulary, window, widths, encoder) is trained by
 cross-entropy on the masked policy (the BC loss of §7 with every row a demo row) on random windows
@@ -27,7 +27,8 @@ from reference_impl.sac.trainer import Config, _scores_policy, evaluate
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.experiments.sac.supervised_probe",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=4000)
     p.add_argument("--eval-every", type=int, default=500)

@@ -1,17 +1,46 @@
-"""``rlconform study NAME``: a results study (seeds x initial models x arms) and its page."""
+"""``python -m tools.experiments study NAME``: a results study (seeds x initial models x arms) and its page."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import json
 import shlex
+import sys
+import traceback
 from pathlib import Path
 
 from rlconform.cli._common import UsageError, writable_dir
 
-# Results studies: ``rlconform study NAME`` runs ``module.run`` then ``module.publish``.
-STUDIES = {"isreshape-lm": "rlconform.study.isreshape_lm", "ccapo-textworld": "rlconform.study.ccapo_textworld"}
+PROG = "python -m tools.experiments"
+# Results studies: ``python -m tools.experiments study NAME`` runs ``module.run`` then ``module.publish``.
+STUDIES = {"isreshape-lm": "tools.experiments.isreshape_lm", "ccapo-textworld": "tools.experiments.ccapo_textworld"}
 
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="The experiments behind docs/results/ (run from the repository "
+                                "root). Exit codes: 0 done, 2 bad arguments or input files, 4 an internal error.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 done, 2 bad arguments or input files (nothing started), 4 an internal error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args, argv)
+    except UsageError as e:
+        print(f"{PROG} {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 4
+    except Exception:
+        traceback.print_exc()
+        print(f"{PROG} {args.cmd}: internal error (exit 4)", file=sys.stderr)
+        return 4
 
 
 def add_parser(sub) -> None:
@@ -33,14 +62,16 @@ def add_parser(sub) -> None:
     st.add_argument("--pretrain-seeds", type=int, default=None, help="initial models 0..N-1 (default: the study's)")
 
 
-def run(args, rest) -> int:
+def run(args, argv: list[str]) -> int:
+    """Check the arguments against the study, then run it (``module.run``) and publish its page (``module.publish``);
+    ``argv``, the command line, goes to ``DIR/command.txt`` for the page."""
     mod = importlib.import_module(STUDIES[args.name])
     kw = {"updates": args.updates} if args.updates else {}
     variant = args.variant or next(iter(mod.VARIANTS))  # a study's first variant is its default
     bad = ([f"--parallel {args.parallel} must be at least 1"] if args.parallel < 1 else []) + \
           ([f"--variant {variant}: choose from {', '.join(mod.VARIANTS)}"] if variant not in mod.VARIANTS else []) + \
-          ([f"--lr-from: the {args.name} study has no learning-rate sweep"] if args.lr_from and not hasattr(mod, "choose_lr")
-           else [])
+          ([f"--lr-from: the {args.name} study has no learning-rate sweep"]
+           if args.lr_from and not hasattr(mod, "choose_lr") else [])
     arms = tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else mod.ARMS
     bad += [f"--arms: unknown arm {a!r} (choose from {', '.join(mod.ARMS)})" for a in arms if a not in mod.ARMS]
     chosen = None
@@ -60,16 +91,14 @@ def run(args, rest) -> int:
             **({"chosen": chosen} if chosen is not None else {})}
     if not args.no_run:
         writable_dir(args.out, "--out")
-        argv = [a for a in args.argv_ if a != "--no-run"]
+        argv = [a for a in argv if a != "--no-run"]
         cut = [i for i, a in enumerate(argv) if a.startswith("--publish")]
         if cut:  # the page names the command that made the runs, not where it was published
             argv = argv[:cut[0]] + argv[cut[0] + (1 if "=" in argv[cut[0]] else 2):]
-        (Path(args.out) / "command.txt").write_text("rlconform " + shlex.join(argv) + "\n")
+        (Path(args.out) / "command.txt").write_text(f"{PROG} {shlex.join(argv)}\n")
         mod.run(Path(args.out), parallel=args.parallel, **kw, **grid)
     if args.publish:
         if "variant" in inspect.signature(mod.publish).parameters:  # a study whose variants are separate pages
             kw["variant"] = variant
         print(mod.publish(Path(args.out), Path(args.publish), **kw))
     return 0
-
-

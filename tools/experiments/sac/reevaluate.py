@@ -1,6 +1,6 @@
 """Evaluate the final checkpoint of every run of a SAC suite again, with the trainer's ``evaluate``.
 
-``python docs/results/sac/reevaluate.py SUITE OUT.jsonl``
+``python -m tools.experiments.sac.reevaluate SUITE OUT.jsonl``
 
 Used for figures added to the evaluation after a suite ran (``heldout_4gram_share``): the policy is
 rebuilt from the run's ``config.json`` and ``checkpoint.pt`` (on the CPU, whatever device wrote it)
@@ -51,4 +51,9 @@ def main(suite: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    args = sys.argv[1:]
+    asked = bool({"-h", "--help"} & set(args))
+    if asked or len(args) != 2:
+        print(__doc__.strip(), file=sys.stdout if asked else sys.stderr)
+        sys.exit(0 if asked else 2)
+    main(*args)
