@@ -20,6 +20,7 @@ from conformance_tests.impl import override
 from conformance_tests.preflight import PreflightError, check_capabilities
 from conformance_tests.preflight import run as preflight
 
+pytestmark = pytest.mark.meta
 HERE = "conformance_tests.meta.test_registry"
 CLAUSES = ["SAC-TEMP-2", "SAC-LOSSES-1", "SAC-LOSSES-2"]
 HARD_KAPPA = 0.98
