@@ -23,6 +23,7 @@ from rlconform.spec import gates as gate
 from rlconform.provenance import render_markdown, stamp
 
 from tools.experiments.grid import write_archive
+from tools.experiments.sac import run_positional
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository
 DOCS = ROOT / "docs" / "results" / "sac"  # the page and its data
@@ -169,9 +170,4 @@ def main(suite: str, ceiling_path: str, reeval_path: str | None = None, supervis
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    asked = bool({"-h", "--help"} & set(args))
-    if asked or not 2 <= len(args) <= 5:
-        print(__doc__.strip(), file=sys.stdout if asked else sys.stderr)
-        sys.exit(0 if asked else 2)
-    main(*args)
+    run_positional(main, __doc__, 2, 5)

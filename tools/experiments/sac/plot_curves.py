@@ -12,7 +12,6 @@ seeds: their mean as a line, min..max shaded; ablations (mean over their seeds) 
 from __future__ import annotations
 
 import json
-import sys
 from collections import defaultdict
 
 import matplotlib
@@ -20,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from tools.experiments.sac import run_positional
 
 ABLATION_STYLE = {"ablate_no_bc": ("C3", "no BC"), "ablate_no_topp": ("C2", "no Top-p (p = 1)"),
                   "ablate_fixed_alpha": ("C4", "fixed α")}
@@ -117,9 +117,4 @@ def main(curves: str, ceiling: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    asked = bool({"-h", "--help"} & set(args))
-    if asked or len(args) != 3:
-        print(__doc__.strip(), file=sys.stdout if asked else sys.stderr)
-        sys.exit(0 if asked else 2)
-    main(*args)
+    run_positional(main, __doc__, 3)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ from reference_impl.sac.corpus import load_corpus
 from reference_impl.sac.env import EnvConfig
 from reference_impl.sac.nets import PolicyNet
 from reference_impl.sac.trainer import Config, _scores_policy, _scores_unigram, evaluate
+from tools.experiments.sac import run_positional
 
 
 def config_of(run: Path) -> Config:
@@ -51,9 +51,4 @@ def main(suite: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    asked = bool({"-h", "--help"} & set(args))
-    if asked or len(args) != 2:
-        print(__doc__.strip(), file=sys.stdout if asked else sys.stderr)
-        sys.exit(0 if asked else 2)
-    main(*args)
+    run_positional(main, __doc__, 2)
