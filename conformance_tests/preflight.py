@@ -195,7 +195,7 @@ def modified_paths(where: str) -> list[str]:
 
 # What an implementation may declare (conformance_tests/contract/__init__.py documents each).
 CAPABILITIES = ("errors_name_clauses", "masks", "dtypes", "differentiable", "terminated_truncated", "conventions",
-                "train_dtype", "pinned", "steps_itself")
+                "train_dtype", "pinned", "steps_itself", "conventions_by_clause")
 CAPABILITY_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -225,6 +225,17 @@ def check_capabilities(caps: Any, value: str) -> None:
         if not spec.convention(name).allows(declared):
             raise PreflightError(f"--impl {value!r}: capabilities['conventions'][{name!r}] = {declared!r} is not an "
                                  f"allowed value ({spec.convention(name).allowed})")
+    for cid, entry in (caps.get("conventions_by_clause") or {}).items():
+        if cid not in spec.clauses:
+            raise PreflightError(f"--impl {value!r}: capabilities['conventions_by_clause'] names {cid!r}, not a clause")
+        for name, declared in (entry or {}).items():
+            conv = spec.conventions.get(name)
+            if conv is None or cid not in conv.clauses:
+                raise PreflightError(f"--impl {value!r}: capabilities['conventions_by_clause'][{cid!r}] names "
+                                     f"{name!r}, which is not a convention of {cid}")
+            if not conv.allows(declared):
+                raise PreflightError(f"--impl {value!r}: capabilities['conventions_by_clause'][{cid!r}][{name!r}] = "
+                                     f"{declared!r} is not an allowed value ({conv.allowed})")
     check_per_op(caps, value)
 
 

@@ -25,6 +25,7 @@ from conformance_tests.harness import (
     grad_leaves,
     not_applicable,
     np_critic_penalty,
+    pin_value,
     temperature_loss_scale,
     slack,
 )
@@ -272,6 +273,7 @@ def test_clamp_log_alpha_default_range_is_the_spec_range(sac, alpha):
 def test_cql_penalty_matches_scipy(sac, shape, data, lam):
     q = data.draw(st_.q_values(shape))
     a = torch.tensor(data.draw(st.lists(st.integers(0, shape[1] - 1), min_size=shape[0], max_size=shape[0])))
+    lam = pin_value("sac.cql_penalty", "lam", lam)
     got = sac.cql_penalty(q, a, lam=lam)
     qn = np_(q)
     expected = lam * (logsumexp(qn, axis=-1).mean() - qn[np.arange(shape[0]), a.numpy()].mean())
@@ -283,7 +285,8 @@ def test_cql_penalty_golden(sac):
     q = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
     a = torch.tensor([0, 1])
     # logsumexp of two equal values x is x + log 2; minus the taken Q leaves log 2 per row
-    assert_close(sac.cql_penalty(q, a, lam=0.5), 0.5 * math.log(2), "SAC-CQL-1")
+    lam = pin_value("sac.cql_penalty", "lam", 0.5)
+    assert_close(sac.cql_penalty(q, a, lam=lam), lam * math.log(2), "SAC-CQL-1")
 
 
 # ----------------------------------------------------------------------------- BC
@@ -344,7 +347,8 @@ def np_cql(q: np.ndarray, actions: np.ndarray, lam: float, legal: np.ndarray | N
 def test_cql_penalty_default_weight_is_lambda_cql(sac, legal):
     mask = None if legal is None else torch.tensor(legal)
     got = sac.cql_penalty(torch.tensor(Q, dtype=F64), torch.tensor(ACTIONS), legal_mask=mask)
-    assert_close(got, np_cql(Q, ACTIONS, spec_default("SAC-DEFAULT-8", "lambda_cql"), legal), "SAC-CQL-1",
+    lam = pin_value("sac.cql_penalty", "lam", spec_default("SAC-DEFAULT-8", "lambda_cql"))  # a hard-coded weight
+    assert_close(got, np_cql(Q, ACTIONS, lam, legal), "SAC-CQL-1",
                  what="cql_penalty without lam (the default must be lambda_CQL = 0.5)")
 
 

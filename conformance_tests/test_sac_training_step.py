@@ -28,6 +28,7 @@ from conformance_tests.harness import (
     device_leaf,
     np_critic_penalty,
     on_device,
+    pin_value,
     to_numpy,
 )
 from conformance_tests.oracles import np_
@@ -62,6 +63,7 @@ def q_batches(draw, max_actions: int = 8, scale: float = 10.0):
 @given(q_batches(scale=1e3), st.floats(0.0, 1.0))
 def test_cql_log_sum_exp_runs_over_the_legal_set(sac, case, lam):
     q, mask, a = case
+    lam = pin_value("sac.cql_penalty", "lam", lam)
     assert_close(sac.cql_penalty(q, a, lam=lam, legal_mask=mask), _np_cql(np_(q), np_(mask), a.numpy(), lam), "SAC-CQL-1")
 
 
@@ -69,8 +71,9 @@ def test_cql_log_sum_exp_runs_over_the_legal_set(sac, case, lam):
 @given(q_batches(), st.floats(1e2, 1e3))
 def test_cql_ignores_the_q_of_illegal_actions(sac, case, big):
     q, mask, a = case
-    base = sac.cql_penalty(q, a, lam=0.5, legal_mask=mask)
-    moved = sac.cql_penalty(torch.where(mask, q, torch.full_like(q, big)), a, lam=0.5, legal_mask=mask)
+    lam = pin_value("sac.cql_penalty", "lam", 0.5)
+    base = sac.cql_penalty(q, a, lam=lam, legal_mask=mask)
+    moved = sac.cql_penalty(torch.where(mask, q, torch.full_like(q, big)), a, lam=lam, legal_mask=mask)
     assert_close(moved, float(base), "SAC-CQL-1", what="illegal Q raised to a large value")
 
 
@@ -81,14 +84,15 @@ def test_cql_masked_rows_golden(sac):
     q = torch.tensor([[0.0, 0.0, 50.0], [3.0, 100.0, -7.0]], dtype=torch.float64)
     mask = torch.tensor([[True, True, False], [True, False, False]])
     a = torch.tensor([0, 0])
-    assert_close(sac.cql_penalty(q, a, lam=0.5, legal_mask=mask), 0.5 * math.log(2) / 2, "SAC-CQL-1")
+    lam = pin_value("sac.cql_penalty", "lam", 0.5)
+    assert_close(sac.cql_penalty(q, a, lam=lam, legal_mask=mask), lam * math.log(2) / 2, "SAC-CQL-1")
 
 
 @pytest.mark.clause("SAC-CQL-1")
 @given(q_batches(max_actions=6), st.floats(0.05, 1.0))
 def test_cql_gradient_is_legal_softmax_minus_taken_one_hot(sac, case, lam):
     q, mask, a = case
-    q = q.clone().requires_grad_(True)
+    q, lam = q.clone().requires_grad_(True), pin_value("sac.cql_penalty", "lam", lam)
     sac.cql_penalty(q, a, lam=lam, legal_mask=mask).backward()
     qn, mn, B = np_(q), np_(mask), q.shape[0]
     z = np.where(mn, qn, -np.inf)

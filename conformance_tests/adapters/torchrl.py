@@ -3,10 +3,14 @@ conformance_tests.adapters.torchrl:make``).
 
 sac: ``DiscreteSACLoss`` over a ``ProbabilisticActor`` with ``MaskedCategorical`` (library defaults,
 ``neg_inf=-inf``) for ``losses`` and ``policy_loss_from_logits``; ``MaskedCategorical.entropy`` for
-``entropy_from_logits``. ppo: ``ClipPPOLoss`` (``loss_critic_type="l2"``) for ``losses``;
-``MaskedCategorical`` for the masked distribution ops (sampling under ``no_grad``); the functional ``generalized_advantage_estimate``
-for ``gae``. ccapo: ``MCAdvantage(trajectory_return="sum")`` (GRPO group advantage) for
-``macro_advantage``. Paths in comments are under ``site-packages/torchrl/``.
+``entropy_from_logits``; ``SoftUpdate`` on a loss module's target parameters for ``soft_update``,
+``ema_update`` and ``init_target``; ``DiscreteCQLLoss`` (its ``loss_cql``) for ``cql_penalty``.
+ppo: ``ClipPPOLoss`` (``loss_critic_type="l2"``) for ``losses``; ``MaskedCategorical`` for the masked
+distribution ops (sampling under ``no_grad``); the functional ``generalized_advantage_estimate`` for
+``gae``; ``ClipPPOLoss(normalize_advantage=True)`` at ratio 1 for ``normalize_advantages``.
+ccapo: ``MCAdvantage(trajectory_return="sum")`` (GRPO group advantage) for ``macro_advantage``;
+``GRPOLoss`` (``aggregation="prompt_mean"``, KL to the reference) for ``policy_loss``.
+Paths in comments are under ``site-packages/torchrl/``.
 """
 from __future__ import annotations
 
@@ -32,6 +36,16 @@ CAPABILITIES = {
         "advantage_std": {"ddof": 1, "eps": 1e-6, "eps_mode": "clamp"},  # llm/grpo.py:1583 std().clamp_min(1e-6)
         "min_group_size": 2,  # llm/grpo.py:1166 trajectory_return requires grpo_size >= 2
     },
+    "pinned": {
+        # DiscreteCQLLoss takes no weight for its CQL term (objectives/cql.py:1131-1140): loss_cql is
+        # logsumexp(Q) - Q(a), mean (:1346-1356), returned beside loss_qvalue for the user to add (:1317-1321),
+        # a weight of 1 (the continuous CQLLoss has min_q_weight, :291; the discrete one none)
+        "sac.cql_penalty": {"lam": 1.0},
+        # ClipPPOLoss(normalize_advantage=True) standardises with _standardize's eps, torch.finfo(float).resolution
+        # = 1e-6 (_utils.py:1247, clamp of the std :1263; declared advantage_std), which no argument sets, and
+        # clamps nothing afterwards (objectives/ppo.py:1065-1085)
+        "ppo.normalize_advantages": {"eps": 1e-6, "clamp": None},
+    },
 }
 
 # The contract ops of the covered families (sac, ppo, ccapo) this adapter does not provide, and why.
@@ -46,40 +60,41 @@ LEFT_OUT = {
     "sac.target_entropy": "one number given to DiscreteSACLoss (sac.py:1279-1287), not a function of the legal mask",
     "sac.clamp_log_alpha": "alpha is clamped where it is read (sac.py _alpha; declared alpha_clamp on_read), never "
                            "log alpha itself",
-    "sac.cql_penalty": "not adapted yet: DiscreteCQLLoss (objectives/cql.py:993) adds its penalty inside its own "
-                       "Q-learning loss, not on given Q-values",
     "sac.bc_loss": "no behaviour-cloning term in DiscreteSACLoss",
-    **left_out("not adapted yet: SoftUpdate (objectives/utils.py) steps a loss module's target parameters in place, "
-               "not given tensors", "sac.soft_update", "sac.ema_update", "sac.init_target"),
-    "sac.popart_step": "not adapted yet: PopArtValueNorm (modules/value_norm.py:120) normalises value targets, with "
-                       "its own state, not the seed's reward statistics",
+    "sac.popart_step": "PopArtValueNorm (modules/value_norm.py:120) is the PopArt paper's normaliser: EMAs of the "
+                       "mean and of the mean of squares, debiased, var = E[x^2] - mean^2 clamped at epsilon "
+                       "(:165-185), x normalised by sqrt(var) (:189). Its variance step is (1-b)var + b(1-b)(x-mu)^2, "
+                       "not the seed's (1-b)var + b(x-mu_t)^2 (mu=0, var=1, b=0.5, x=2: 1.5 against 1.0), and no "
+                       "convention declares that estimator",
     "sac.update_step": "no SAC update loop: a TorchRL user writes it (loss, optimisers, SoftUpdate)",
-    "ppo.masked_logits": "MaskedCategorical masks inside the distribution (-inf fill, discrete.py:420): reached through "
-                         "masked_distribution",
+    "ppo.masked_logits": "MaskedCategorical masks inside the distribution (-inf fill, discrete.py:420): reached "
+                         "through masked_distribution",
     **left_out("computed inside ClipPPOLoss.forward (objectives/ppo.py:1587) from the actor's log-probs: reached "
                "through ppo.losses (its clip_fraction and kl_approx keys) and ppo.clipped_policy_loss",
                "ppo.ratio", "ppo.approx_kl", "ppo.k3_kl", "ppo.clip_fraction", "ppo.value_loss", "ppo.total_loss"),
-    "ppo.normalize_advantages": "not adapted yet: ClipPPOLoss(normalize_advantage=True) standardises inside its "
-                                "forward (ppo.py:1065), seen only through a loss value",
     "ppo.kl_early_stop": "no KL early stop: ClipPPOLoss computes losses, the user's loop decides when to stop",
     "ppo.scale_reward": "RewardScaling (envs/transforms) is an affine loc/scale without the seed's clip to [-1, 1]",
     "ppo.clip_grad_norm": "gradient clipping is torch.nn.utils.clip_grad_norm_ in the user's loop, not TorchRL code",
-    **left_out("not adapted yet: MAPPOLoss (objectives/multiagent/mappo.py:83) has no (episode, timestep, agent) "
-               "ordering of its own", "ppo.align_batch", "ppo.check_alignment"),
+    **left_out("MAPPOLoss (objectives/multiagent/mappo.py:83) never sees agents as rows: TorchRL keeps them on their "
+               "own tensor axis ([*B, T, n_agents, ...], mappo.py:142; MultiAgentGAE broadcasts along it, "
+               "value/advantages.py:2483-2511), so there are no (episode, timestep, agent) rows to sort or check",
+               "ppo.align_batch", "ppo.check_alignment"),
     "ppo.ppo_update": "no PPO update loop: a TorchRL user writes it around ClipPPOLoss",
-    "ccapo.policy_loss": "not adapted yet: GRPOLoss (objectives/llm/grpo.py) needs an LLM wrapper as its actor",
     "ccapo.ccapo_update": "no CCAPO update loop in TorchRL",
 }
 
 
 def make() -> types.SimpleNamespace:
+    import copy
+
     import tensordict
     import torch
     import torchrl
     from tensordict.nn import TensorDictModule as Module
-    from torchrl.modules import MaskedCategorical, ProbabilisticActor
-    from torchrl.objectives import ClipPPOLoss, DiscreteSACLoss
-    from torchrl.objectives.llm import MCAdvantage
+    from tensordict.nn import TensorDictParams
+    from torchrl.modules import MaskedCategorical, ProbabilisticActor, QValueActor
+    from torchrl.objectives import ClipPPOLoss, DiscreteCQLLoss, DiscreteSACLoss, LossModule, SoftUpdate
+    from torchrl.objectives.llm import GRPOLoss, MCAdvantage
     from torchrl.objectives.value.functional import generalized_advantage_estimate, td0_return_estimate
 
     class Rows(torch.nn.Module):  # row i of a live tensor for observation i (gradients reach the caller's tensor)
@@ -212,10 +227,139 @@ def make() -> types.SimpleNamespace:
         opt.step()
         return la.detach()
 
+    class Targets(LossModule):
+        """A loss module that holds one network and its target, built as every TorchRL loss builds them:
+        convert_to_functional(create_target_params=True) (objectives/common.py:426, :579-594; DiscreteSACLoss does
+        it for its critics at sac.py:1228-1234). It computes nothing: SoftUpdate only needs the two parameter sets."""
+        value_network: torch.nn.Module
+        value_network_params: TensorDictParams
+        target_value_network_params: TensorDictParams
+
+        def __init__(self, network):
+            super().__init__()
+            self.convert_to_functional(network, "value_network", create_target_params=True)
+
+    def polyak(target, online, **decay):
+        # SoftUpdate(loss, tau= or eps=) (objectives/utils.py:536-593): init_() copies online into the target
+        # (:468), step() does target.lerp_(online, 1 - eps) (:592), eps = 1 - tau (:574). The target's current
+        # value (what earlier updates left there) is written in after init_, as training finds it.
+        holder = Targets(TableModule(online))
+        updater = SoftUpdate(holder, **decay)
+        holder.target_value_network_params["table"].data.copy_(target)
+        updater.step()
+        return holder.target_value_network_params["table"].detach().clone()
+
+    def soft_update(target, online, *, tau):
+        return polyak(target, online, tau=tau)
+
+    def ema_update(target, online, *, m):
+        return polyak(target, online, eps=m)  # eps is the weight kept on the target (utils.py:545-552)
+
+    def init_target(critic):
+        # the target parameters TorchRL creates: detached clones (common.py:579-587, _make_target_param :1015-1023),
+        # filled from the online ones by the updater (utils.py:468). TorchRL runs the network on them functionally
+        # (to_module); here they are installed in a copy of the critic, storage and requires_grad as TorchRL made them
+        holder = Targets(critic)
+        SoftUpdate(holder, tau=0.005)
+        target = copy.deepcopy(critic)
+        for key, t in holder.target_value_network_params.items(True, True):
+            *path, leaf = key if isinstance(key, tuple) else (key,)
+            owner = target.get_submodule(".".join(path))
+            if leaf in owner._buffers:
+                owner._buffers[leaf] = t
+            else:
+                setattr(owner, leaf, torch.nn.Parameter(t, requires_grad=t.requires_grad))
+        return target
+
+    def cql_penalty(q_all, actions, *, lam=0.5, legal_mask=None):
+        # DiscreteCQLLoss around a Q-table: forward (cql.py:1303-1330) runs value_loss, which evaluates the value
+        # network and stores its Q-values (:1251-1300), then cql_loss, mean of logsumexp over every action minus the
+        # taken Q (:1336-1356); lam is pinned at its fixed weight 1 (see CAPABILITIES)
+        if legal_mask is not None and not bool(legal_mask.all()):
+            raise NotApplicable("DiscreteCQLLoss takes the log-sum-exp over every action (cql.py:1346): no legal mask")
+        n = q_all.shape[0]
+        with default_dtype(q_all.dtype):
+            loss = DiscreteCQLLoss(QValueActor(TableModule(q_all), in_keys=["observation"], action_space="categorical"),
+                                   action_space="categorical")
+            loss.make_value_estimator(gamma=0.5)  # only loss_qvalue reads the estimator
+        params = tensordict.TensorDict.from_module(loss).clone(False)
+        params["value_network_params", "module", "0", "module", "table"] = q_all  # the caller's tensor, as above
+        rows, stop = torch.arange(n), torch.ones(n, 1, dtype=torch.bool)
+        td = tensordict.TensorDict({"observation": rows, "action": actions, ("next", "observation"): rows,
+                                    ("next", "reward"): torch.zeros(n, 1, dtype=q_all.dtype), ("next", "done"): stop,
+                                    ("next", "terminated"): stop}, batch_size=[n])
+        with params.to_module(loss):
+            return loss(td)["loss_cql"]
+
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        # ClipPPOLoss(normalize_advantage=True) standardises the stored advantage in forward (ppo.py:1600-1606,
+        # :1065-1085: only when it has more than one element, :1074) before the surrogate. With the actor's log-prob
+        # equal to the stored one (a one-action policy: log pi = 0 exactly) the ratio is exp(0) = 1 and, with
+        # reduction="none", loss_objective = -min(1 * A_hat, clip(1) * A_hat) = -A_hat per row (:1616-1630).
+        # eps and clamp are pinned (see CAPABILITIES).
+        n = advantage.shape[0]
+        with default_dtype(advantage.dtype):
+            loss = ClipPPOLoss(actor(TableModule(torch.zeros(n, 1, dtype=advantage.dtype))), None,
+                               normalize_advantage=True, entropy_bonus=False, reduction="none")
+        batch = {"obs": torch.arange(n), "action": torch.zeros(n, dtype=torch.long),
+                 "mask": torch.ones(n, 1, dtype=torch.bool), "advantage": advantage,
+                 "old_log_prob": torch.zeros(n, dtype=advantage.dtype)}
+        with torch.no_grad():
+            out = loss(to_tensordict(batch, old_log_prob=loss.tensor_keys.sample_log_prob))
+        return -out["loss_objective"].reshape(advantage.shape)
+
+    class TokenLogProbs:
+        """What GRPOLoss reads from its actor's distribution: .log_prob(tokens) and .mask (llm/grpo.py:636-654,
+        :961). An LLM wrapper's LLMMaskedCategorical computes that log-prob from the model's logits
+        (modules/distributions/discrete.py:708-858); the suite hands it over, so it is returned as given."""
+
+        def __init__(self, log_prob, mask):
+            self.log_prob_, self.mask = log_prob, mask
+
+        def log_prob(self, tokens):
+            return self.log_prob_
+
+    class TokenPolicy(torch.nn.Module):
+        """The actor GRPOLoss accepts: anything with get_dist (grpo.py:616, :636-640), the model being the suite's."""
+        in_keys = ["logp_new", "step_mask"]
+
+        def get_dist(self, td, **_):
+            return TokenLogProbs(td.get("logp_new"), td.get("step_mask"))
+
+    def grpo(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps, coeff):
+        # Stored and reference log-probs and the advantages are data, as TorchRL's collectors and replay buffers
+        # store them (GRPOLoss refuses a stored log-prob that requires grad, grpo.py:934-938).
+        b, t = logp_new.shape
+        with default_dtype(logp_new.dtype):  # clip_epsilon buffers: torch.tensor(float) (grpo.py:534-537)
+            loss = GRPOLoss(TokenPolicy(), clip_epsilon=clip_eps, entropy_bonus=False, aggregation="prompt_mean",
+                            kl_to_ref_coeff=coeff)
+        td = tensordict.TensorDict({
+            "logp_new": logp_new, "step_mask": mask.bool(), ("tokens", "full"): torch.zeros(b, t, dtype=torch.long),
+            ("log_probs", "full"): logp_old.detach(), "advantage": advantages.detach().unsqueeze(-1),
+            ("next", "ref_log_probs", "full"): logp_ref.detach()}, batch_size=[b])
+        return loss(td)
+
+    def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps=0.2, beta_kl=0.04):
+        # GRPOLoss.forward (llm/grpo.py:664-767): log weight from the actor's log-prob and the stored one (:918-982),
+        # -min(r A, clip(r) A) (:769-782), aggregation "prompt_mean" = per-sequence masked mean, then the batch mean
+        # (:804-810); the k3 KL to the reference, (exp(D) - D - 1).mean() with D = ref - cur (:868-916), times
+        # kl_to_ref_coeff, only when that coefficient is > 0 (:747-755). The total is the sum of the loss_* keys.
+        args = (logp_new, logp_old, logp_ref, advantages, mask)
+        out = grpo(*args, clip_eps=clip_eps, coeff=beta_kl if beta_kl > 0 else None)
+        clip = out.loss_objective.reshape(())
+        if beta_kl > 0:
+            loss_kl, kl = out.loss_kl_to_ref.reshape(()), out.kl_to_ref.reshape(())
+        else:  # no KL term at beta 0 (:747); its value read from a run with coefficient 1
+            loss_kl, kl = torch.zeros_like(clip), grpo(*args, clip_eps=clip_eps, coeff=1.0).kl_to_ref.reshape(())
+        return {"loss": clip + loss_kl, "loss_clip": clip, "loss_kl": loss_kl, "kl_ref": kl,
+                "approx_kl": out.kl_approx.reshape(()), "clip_fraction": out.clip_fraction.reshape(())}
+
     sac = types.SimpleNamespace(losses=sac_losses, entropy_from_logits=entropy_from_logits,
                                 policy_loss_from_logits=policy_loss_from_logits, temperature_loss=temperature_loss,
-                                temperature_update=temperature_update, td_target=td_target)
-    ppo = types.SimpleNamespace(losses=ppo_losses, gae=gae, clipped_policy_loss=clipped_policy_loss, **dist_ops)
-    ccapo = types.SimpleNamespace(macro_advantage=macro_advantage)
+                                temperature_update=temperature_update, td_target=td_target, soft_update=soft_update,
+                                ema_update=ema_update, init_target=init_target, cql_penalty=cql_penalty)
+    ppo = types.SimpleNamespace(losses=ppo_losses, gae=gae, clipped_policy_loss=clipped_policy_loss,
+                                normalize_advantages=normalize_advantages, **dist_ops)
+    ccapo = types.SimpleNamespace(macro_advantage=macro_advantage, policy_loss=policy_loss)
     return types.SimpleNamespace(name="TorchRL", version=torchrl.__version__, capabilities=CAPABILITIES,
                                  sac=sac, ppo=ppo, ccapo=ccapo)

@@ -6,7 +6,9 @@ ccapo.macro_advantage: ``compute_grpo_outcome_advantage`` (:268, one token per r
 ccapo.policy_loss: policy loss ``vanilla`` (:1286) + k3 ``kl_penalty`` (:2188), summed as verl's actor does
 (``verl/workers/utils/losses.py:103-140``); isreshape.aggregate_loss: ``agg_loss`` (:1140);
 isreshape.sapo_weight(_signed): the per-token gradient of policy loss ``sapo`` (:1623) in log π;
-ppo.value_loss: ``compute_value_loss`` (:2125); ppo.gae: ``compute_gae_advantage_return`` (:216).
+ppo.value_loss: ``compute_value_loss`` (:2125); ppo.gae: ``compute_gae_advantage_return`` (:216);
+ppo.normalize_advantages: ``verl.utils.torch_functional.masked_whiten`` (:329), which whitens GAE's advantages
+(core_algos.py:262), over an all-ones int64 response mask.
 """
 from __future__ import annotations
 
@@ -30,8 +32,6 @@ LEFT_OUT = {
                "through ccapo.policy_loss", "ppo.ratio", "ppo.approx_kl", "ppo.k3_kl", "ppo.clip_fraction",
                "ppo.clipped_policy_loss"),
     "ppo.total_loss": "the actor and the critic are separate workers with separate losses (no combined total)",
-    "ppo.normalize_advantages": "not adapted yet: masked_whiten (utils/torch_functional.py:329) whitens GAE "
-                                "advantages over a response mask; reached inside ppo.gae",
     "ppo.kl_early_stop": "no KL early stop in verl's actor",
     "ppo.scale_reward": "rewards come from reward functions or models, with no scale-and-clip op",
     "ppo.clip_grad_norm": "torch's clip_grad_norm_ inside the FSDP actor, not a function of verl's core algorithms",
@@ -46,6 +46,7 @@ def make() -> types.SimpleNamespace:
     import torch
     import verl
     from verl.trainer.ppo import core_algos as ca
+    from verl.utils import torch_functional as verl_F
     from verl.workers.config import ActorConfig
 
     def config(**kw):  # rollout_n is required (ActorConfig.__post_init__); the rest are verl's defaults
@@ -109,6 +110,13 @@ def make() -> types.SimpleNamespace:
         out = torch.cat([ret[i, :e - s] for i, (b, s, e) in enumerate(segs)]).reshape(reward.shape)
         return out - value, out
 
+    def normalize_advantages(advantage, *, eps=1e-8, clamp=None):
+        # eps and clamp are pinned (capabilities): masked_whiten hard-codes (A - mean) * rsqrt(var + 1e-8), the
+        # 1e-8 inside the square root (utils/torch_functional.py:343), and never clamps. Its var is Bessel-corrected
+        # (masked_var unbiased=True, :311-325) and it raises on a one-element mask (:322-323). verl's response masks
+        # are int64 (get_response_mask(..., dtype=torch.int64), :349; attention masks): the same mask dtype here.
+        return verl_F.masked_whiten(advantage, torch.ones_like(advantage, dtype=torch.int64))
+
     def value_loss(values, returns):
         # old values = the predictions themselves, so verl's always-on value clipping (:2171) is inactive
         loss, _ = ca.compute_value_loss(values, returns, values.detach(), torch.ones_like(values),
@@ -120,16 +128,24 @@ def make() -> types.SimpleNamespace:
         "train_dtype": "float32",  # its actor computes log-probs and losses in float32 (bf16 weights)
         # advantages are computed under torch.no_grad() (:244, :310); losses are differentiable
         "differentiable": ["ccapo.policy_loss", "isreshape.aggregate_loss", "ppo.value_loss"],
+        # masked_whiten: 1e-8 inside the sqrt, no clamp (torch_functional.py:343); the contract's defaults are
+        # eps=1e-8 (added to the std) and clamp=None, so only the place of the eps can show, as a PPO-ADV-1 difference:
+        # no eps_mode of the advantage_std convention (add, clamp) takes the eps inside the sqrt
+        "pinned": {"ppo.normalize_advantages": {"eps": 1e-8, "clamp": None}},
         "conventions": {
-            "advantage_std": {"ddof": 1, "eps": 1e-6, "eps_mode": "add"},  # torch.std + epsilon, :321, :326
+            "advantage_std": {"ddof": 1, "eps": 1e-6, "eps_mode": "add"},  # GRPO's torch.std + epsilon (:321, :326)
             "clip_fraction": "active_clips",  # pg_clipfrac = mean(pg_losses2 > pg_losses1), :1353
             "min_group_size": "raw",  # a one-member group gets mean 0, std 1 (:315-317): its raw score
             "kl_clamp": {"log_ratio": 20, "value": 10},  # low_var_kl clamps (:2242-2245)
         },
+        # masked_whiten (ppo.normalize_advantages) follows another std than GRPO: Bessel-corrected, eps 1e-8
+        # (torch_functional.py:311-325, :343), the seed's choice for these clauses apart from where the eps sits
+        "conventions_by_clause": {c: {"advantage_std": {"ddof": 1, "eps": 1e-8, "eps_mode": "add"}}
+                                  for c in ("PPO-ADV-1", "PPO-ADV-2", "PPO-DEFAULT-3")},
     }
     return types.SimpleNamespace(
         name="verl core_algos", version=verl.__version__, capabilities=capabilities,
         ccapo=types.SimpleNamespace(macro_advantage=macro_advantage, policy_loss=policy_loss),
         isreshape=types.SimpleNamespace(aggregate_loss=aggregate_loss, sapo_weight=sapo_weight,
                                         sapo_weight_signed=sapo_weight_signed),
-        ppo=types.SimpleNamespace(gae=gae, value_loss=value_loss))
+        ppo=types.SimpleNamespace(gae=gae, value_loss=value_loss, normalize_advantages=normalize_advantages))

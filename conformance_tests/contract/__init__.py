@@ -38,6 +38,10 @@ The other capabilities (defaults: what the reference does):
   (:func:`conformance_tests.adapters.step_gradients` with plain SGD at lr 1, returned through
   :func:`conformance_tests.adapters.measured_loss`). The report says so; only the leaves the library steps
   can show a gradient.
+* ``conventions_by_clause: dict[str, dict[str, value]]``: a convention's value for some clauses only, where a
+  library's ops follow different choices (verl standardises GRPO group advantages with one std and whitens PPO
+  advantages with another): ``{"PPO-ADV-1": {"advantage_std": {...}}}`` overrides ``conventions`` for the tests of
+  that clause.
 * ``conventions: dict[str, value]``: declared departures from the seeds' conventions, by the ids and
   allowed values of ``spec/conventions.yaml`` (``{"value_loss_factor": 1.0, "mask_fill": "neg_inf"}``).
   The tests compute their oracle under the declared value and keep checking the clause's normative part;

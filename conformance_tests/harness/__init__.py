@@ -30,7 +30,7 @@ from conformance_tests.harness.state import (
 from conformance_tests.harness.capabilities import (
     set_capabilities, declared_capabilities, capability, DTYPES, CAPABILITY_DEFAULTS, not_applicable, reported,
     masks_supported, require_masks, declared_dtypes, supports_dtype, require_dtype, working_dtype, differentiable,
-    require_differentiable, terminated_truncated, declares, convention, deviations, pinned, pin, contract_default, steps_itself,
+    require_differentiable, terminated_truncated, declares, convention, deviations, pinned, pin, pin_value, contract_default, steps_itself,
 )
 from conformance_tests.harness.device import generator, on_device, device_leaf, map_leaves, named_leaves, host, to_numpy
 from conformance_tests.harness.repro import _literal, _REPRO_HELPERS, describe_call, repro_snippet
@@ -55,7 +55,7 @@ __all__ = [
     "set_capabilities", "declared_capabilities", "capability", "DTYPES", "CAPABILITY_DEFAULTS", "not_applicable",
     "reported", "masks_supported", "require_masks", "declared_dtypes", "supports_dtype", "require_dtype",
     "working_dtype", "differentiable", "require_differentiable", "terminated_truncated", "declares", "convention",
-    "deviations", "pinned", "pin", "contract_default", "steps_itself",
+    "deviations", "pinned", "pin", "pin_value", "contract_default", "steps_itself",
     "generator", "on_device", "device_leaf", "map_leaves", "named_leaves", "host", "to_numpy",
     "_literal", "_REPRO_HELPERS", "describe_call", "repro_snippet",
     "tolerance", "slack", "input_dtype",

@@ -34,7 +34,8 @@ def capability(name: str, default: Any = None) -> Any:
 # ``dtypes`` means every dtype the suite tests (the reference's), so the reference keeps its half tests.
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 CAPABILITY_DEFAULTS = {"masks": True, "dtypes": list(DTYPES), "differentiable": True,
-                       "terminated_truncated": False, "train_dtype": None, "pinned": {}, "steps_itself": {}}
+                       "terminated_truncated": False, "train_dtype": None, "pinned": {}, "steps_itself": {},
+                       "conventions_by_clause": {}}
 
 
 def not_applicable(reason: str) -> None:
@@ -107,9 +108,20 @@ def terminated_truncated() -> bool:
     return bool(capability("terminated_truncated", CAPABILITY_DEFAULTS["terminated_truncated"]))
 
 
+def declared_conventions(clauses) -> dict:
+    """The conventions the implementation declares for a test of ``clauses``: ``conventions``, with the values
+    ``conventions_by_clause`` gives one of these clauses in their place (a library whose ops follow different
+    choices, e.g. one std for group advantages and another for whitened PPO advantages)."""
+    declared = dict(capability("conventions") or {})
+    by_clause = capability("conventions_by_clause") or {}
+    for c in clauses:
+        declared.update(by_clause.get(c) or {})
+    return declared
+
+
 def declares(name: str) -> bool:
     """Whether the implementation declares convention ``name`` at all (even at the seed's value)."""
-    return name in (capability("conventions") or {})
+    return name in declared_conventions(state._STATE["clauses"])
 
 
 def convention(name: str, clause: str | None = None, *, record: bool = True) -> Any:
@@ -123,13 +135,14 @@ def convention(name: str, clause: str | None = None, *, record: bool = True) -> 
     on the inputs where it binds and records it there (a clamp that no drawn token reaches is no deviation).
     """
     conv = default_spec().convention(name)
-    seed = conv.seed_for((clause,) if clause else state._STATE["clauses"])
-    declared = capability("conventions") or {}
+    clauses = (clause,) if clause else state._STATE["clauses"]
+    seed = conv.seed_for(clauses)
+    declared = declared_conventions(clauses)
     if name not in declared:
         return seed
     value = declared[name]
     if not conv.allows(value):
-        raise ImplementationError(f"impl.capabilities['conventions'][{name!r}] = {value!r} is not an allowed value "
+        raise ImplementationError(f"impl.capabilities convention {name!r} = {value!r} is not an allowed value "
                                   f"(spec/conventions.yaml: {conv.allowed})")
     if record and not same_value(value, seed):
         state._STATE["deviations"][name] = {"convention": name, "declared": value, "seed": seed,
@@ -165,6 +178,11 @@ def pin(op: str, kwargs: dict) -> dict:
                 "consequence": f"hard-coded by the library: a user cannot set {name}, and the audit checks {op} "
                                f"at {value!r} only"}
     return out
+
+
+def pin_value(op: str, name: str, value: Any) -> Any:
+    """One keyword through :func:`pin`: the library's hard-coded value when it declares one, else ``value``."""
+    return pin(op, {name: value})[name]
 
 
 def steps_itself(op: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from rlconform.audit import clause_report, render_checklist, run_suite
 from rlconform.spec import default_spec
 
 import reference_impl
-from conformance_tests import contract
+from conformance_tests import contract, harness
 from conformance_tests.adapters import measured_loss, step_gradients
 from conformance_tests.impl import override
 from conformance_tests.preflight import PreflightError, check_capabilities
@@ -126,6 +126,11 @@ def test_measured_loss_carries_the_gradient_of_the_library_step():
     ({"pinned": {"sac.losses": [0.98]}}, "must map keyword"),
     ({"steps_itself": {"sac.losses": "loss_alpha"}}, "must list output keys"),
     ({"conventions": {"temperature_param": "log"}}, "not an allowed value"),
+    ({"conventions_by_clause": {"SAC-TEMP-2": {"advantage_std": {"ddof": 1, "eps": 1e-8, "eps_mode": "add"}}}},
+     "not a convention of SAC-TEMP-2"),
+    ({"conventions_by_clause": {"PPO-NOPE-1": {}}}, "not a clause"),
+    ({"conventions_by_clause": {"PPO-ADV-1": {"advantage_std": {"ddof": 2, "eps": 1e-8, "eps_mode": "add"}}}},
+     "not an allowed value"),
 ])
 def test_preflight_rejects_a_misspelt_declaration(caps, says):
     with pytest.raises(PreflightError) as e:
@@ -142,3 +147,16 @@ def test_every_documented_output_names_a_clause_of_its_family():
                 assert 'OUTPUTS["' in getattr(contract.protocol(family), op).__doc__, f"{family}.{op}"
             for key, out in documented.items():
                 assert spec.clauses[out.clause].family == family, (family, op, key, out.clause)
+
+
+def test_a_convention_declared_for_a_clause_overrides_the_library_wide_one():
+    whiten = {"ddof": 1, "eps": 1e-8, "eps_mode": "add"}
+    group = {"ddof": 1, "eps": 1e-6, "eps_mode": "add"}
+    saved = harness.declared_capabilities()
+    try:
+        harness.set_capabilities({"conventions": {"advantage_std": group},
+                                  "conventions_by_clause": {"PPO-ADV-1": {"advantage_std": whiten}}})
+        assert harness.convention("advantage_std", "PPO-ADV-1", record=False) == whiten
+        assert harness.convention("advantage_std", "CCAPO-MACRO-1", record=False) == group
+    finally:
+        harness.set_capabilities(saved)
