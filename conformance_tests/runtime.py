@@ -348,6 +348,10 @@ class RlconformRun:
         if call.excinfo is not None and rep.failed:
             if harness.not_applicable_calls() and _gave_up(call.excinfo):
                 extra["status"] = "not_applicable"  # every example was declared not applicable
+            elif op := _gradient_of_a_declared_constant(call.excinfo):
+                # as require_differentiable would have said before the check
+                extra.update(status="not_applicable", message=f"{harness.NOT_APPLICABLE} a gradient through {op}, "
+                             "which the implementation declares carries none (capabilities['differentiable'])")
             elif call.excinfo.errisinstance(harness.OpTimeout):
                 # out of time while shrinking a failure already found: that failure is the verdict
                 found = harness.first_failure()
@@ -356,7 +360,7 @@ class RlconformRun:
                 extra["status"] = "error"
             # the message is the failure itself, taken from the exception where it was raised: never a
             # scrape of the report's text (under xdist that begins with the worker's header)
-            extra["message"] = failure_message(call.excinfo.value)
+            extra.setdefault("message", failure_message(call.excinfo.value))
             if extra.get("status") is None and not call.excinfo.errisinstance((AssertionError, pytest.fail.Exception)):
                 # the suite's own code raised on a result: name the result and the contract, not the traceback
                 extra["message"] = harness.suite_side_error(call.excinfo.value) or extra["message"]
@@ -481,6 +485,14 @@ def _gave_up(excinfo) -> bool:
     from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
     return excinfo.errisinstance((Unsatisfiable, FailedHealthCheck))
+
+
+def _gradient_of_a_declared_constant(excinfo) -> str | None:
+    """The op whose result a gradient check asked autograd about, when the implementation declares that op carries
+    no gradient (``differentiable``): the check does not apply, whichever test forgot to ask first."""
+    if not excinfo.errisinstance(RuntimeError) or "does not require grad" not in str(excinfo.value):
+        return None
+    return next((name for name, *_ in harness.recorded_calls() if not harness.differentiable(name)), None)
 
 
 def _classify(rep, extra: dict) -> str:

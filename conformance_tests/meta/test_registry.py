@@ -160,3 +160,31 @@ def test_a_convention_declared_for_a_clause_overrides_the_library_wide_one():
         assert harness.convention("advantage_std", "CCAPO-MACRO-1", record=False) == group
     finally:
         harness.set_capabilities(saved)
+
+
+def _constant_value_loss(declare: bool):
+    """A value loss computed without a graph (as a library that logs .item() floats would give it)."""
+    ref = reference_impl.make()
+    impl = override(ref, "ppo", value_loss=lambda values, returns: ref.ppo.value_loss(values, returns).detach())
+    ops = [f"ppo.{op}" for op in contract.op_names("ppo") if op != "value_loss"]
+    impl.capabilities = {"errors_name_clauses": True, **({"differentiable": ops} if declare else {})}
+    return impl
+
+
+def constant_value_loss_declared():
+    return _constant_value_loss(True)
+
+
+def constant_value_loss_undeclared():
+    return _constant_value_loss(False)
+
+
+def test_a_gradient_check_on_a_declared_constant_is_not_applicable_wherever_the_test_forgot_to_ask():
+    # test_no_gradient_into_advantage_or_returns calls value_loss(...).backward() without require_differentiable
+    def outcome(factory):
+        tests = run_suite(f"{HERE}:{factory}", clauses=["PPO-GRAD-2"])["tests"]
+        (record,) = [t for nodeid, t in tests.items() if nodeid.endswith("test_no_gradient_into_advantage_or_returns")]
+        return record
+    declared = outcome("constant_value_loss_declared")
+    assert declared["outcome"] == "not_applicable" and "declares carries none" in declared["message"], declared
+    assert outcome("constant_value_loss_undeclared")["outcome"] in ("fail", "error")
