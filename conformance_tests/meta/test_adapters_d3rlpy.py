@@ -45,7 +45,8 @@ def test_every_sac_op_is_provided_or_left_out_with_a_reason():
 
 @pytest.fixture(scope="module")
 def sac_audit():
-    report = clause_report(run_suite(IMPL, families=["sac"]))
+    # the clauses the adapter reaches (the matrix audits the whole family and pins it)
+    report = clause_report(run_suite(IMPL, families=["sac"], clauses=list(REACHED)))
     return {c["id"]: c for c in report["clauses"]}
 
 
