@@ -95,6 +95,7 @@ def make() -> types.SimpleNamespace:
     from torchrl.modules import MaskedCategorical, ProbabilisticActor, QValueActor
     from torchrl.objectives import ClipPPOLoss, DiscreteCQLLoss, DiscreteSACLoss, LossModule, SoftUpdate
     from torchrl.objectives.llm import GRPOLoss, MCAdvantage
+    from torchrl.objectives.value import GAE, TD0Estimator
     from torchrl.objectives.value.functional import generalized_advantage_estimate, td0_return_estimate
 
     class Rows(torch.nn.Module):  # row i of a live tensor for observation i (gradients reach the caller's tensor)
@@ -173,10 +174,12 @@ def make() -> types.SimpleNamespace:
     def td_target(reward, done, next_value, *, gamma):
         # value/functional.py:418-456 td0_return_estimate, what TD0Estimator (DiscreteSACLoss's default estimator,
         # sac.py:1161) calls (advantages.py:1300): reward + gamma * (~terminated) * V', no check of gamma
+        TD0Estimator(gamma=gamma, value_network=None)  # the estimator's own argument checks (advantages.py:1151)
         with default_dtype(reward.dtype):  # :455 gamma * int tensor: the default dtype
             return td0_return_estimate(gamma, next_value, reward, done.bool())
 
     def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
+        GAE(gamma=gamma, lmbda=lam, value_network=None)  # the estimator's own argument checks (advantages.py)
         done = done.bool()
         stop = done | (truncated.bool() if truncated is not None else torch.zeros_like(done))
         with default_dtype(value.dtype):  # functional.py:170 gamma * int tensor: default dtype
