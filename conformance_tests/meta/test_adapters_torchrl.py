@@ -164,56 +164,34 @@ def test_torchrl_popart_is_not_the_seed_recursion():
     assert mean.item() == pytest.approx(1.0) and var.item() == pytest.approx(1.5)
 
 
-def test_torchrl_discrete_sac_masked_nan_repro_prints_nan(run_python):
-    out = repro_output("torchrl-discrete-sac-masked-nan.md", run_python)
-    assert "'loss_actor': nan" in out and "'loss_alpha': nan" in out and "'entropy': nan" in out, out
+# Each finding page's repro, and what its output must show while the defect is there.
+REPROS = {
+    "torchrl-discrete-sac-masked-nan.md": ["'loss_actor': nan", "'loss_alpha': nan", "'entropy': nan"],
+    "torchrl-mcadvantage-non-finite-returns.md": ["advantage: [nan, nan]"],
+    "torchrl-masked-categorical-unchecked-inputs.md": [
+        "illegal replayed action 1, log_prob: [-inf]",  # scored instead of raising
+        "NaN logit, log_prob(0): [-inf]", "probs: [[nan, nan, nan]]"],
+    "torchrl-td0-accepts-any-gamma.md": ["gamma=-0.5: target [-1.5, 1.0]", "gamma=1.5: target [8.5, 1.0]",
+                                         "TD0Estimator(gamma=-0.5) accepted"],
+    "torchrl-clipppoloss-unvalidated-clip-epsilon.md": [
+        "clip_epsilon=1.5: log-ratio clip bounds [nan, 0.916], loss_objective nan", "NaN advantage: loss_objective nan"],
+    "torchrl-clipppoloss-advantage-normalisation-unchecked.md": [
+        "[5.0] -> normalised 5.0", "[1.0, nan, 3.0] -> normalised [nan, nan, nan]"],
+    "torchrl-grpoloss-kl-averaged-over-padding.md": [
+        "token_mean kl_to_ref: 0.0266", "prompt_mean kl_to_ref: 0.0266", "k3 of every real token: 0.0426"],
+    "torchrl-grpoloss-prompt-mean-counts-empty-samples.md": ["loss_objective: -0.5 "],
+    "torchrl-grpoloss-unchecked-inputs.md": ["clip_epsilon=0.0 accepted, clip bounds: [-0.0, 0.0]",
+                                             "NaN logit: loss_objective nan"],
+}
+
+
+@pytest.mark.parametrize("page", sorted(REPROS))
+def test_torchrl_finding_repro_prints_the_defect(page, run_python):
+    out = repro_output(page, run_python)
+    assert all(needle in out for needle in REPROS[page]), out
 
 
 def test_torchrl_mcadvantage_degenerate_group_repro_prints_non_zero_advantages(run_python):
     out = repro_output("torchrl-mcadvantage-degenerate-group.md", run_python)
     values = [float(v) for v in re.search(r"advantage: \[(.*?)\]", out).group(1).split(",")]
     assert len(values) == 7 and all(abs(v - 0.9258201122283936) < 1e-6 for v in values), out  # equal returns
-
-
-def test_torchrl_mcadvantage_non_finite_returns_repro_prints_nan(run_python):
-    out = repro_output("torchrl-mcadvantage-non-finite-returns.md", run_python)
-    assert "advantage: [nan, nan]" in out, out
-
-
-def test_torchrl_masked_categorical_repro_prints_silent_scores(run_python):
-    out = repro_output("torchrl-masked-categorical-unchecked-inputs.md", run_python)
-    assert "illegal replayed action 1, log_prob: [-inf]" in out, out  # scored instead of raising
-    assert "NaN logit, log_prob(0): [-inf]" in out and "probs: [[nan, nan, nan]]" in out, out
-
-
-def test_torchrl_td0_accepts_any_gamma_repro_prints_the_targets(run_python):
-    out = repro_output("torchrl-td0-accepts-any-gamma.md", run_python)
-    assert "gamma=-0.5: target [-1.5, 1.0]" in out and "gamma=1.5: target [8.5, 1.0]" in out, out
-    assert "TD0Estimator(gamma=-0.5) accepted" in out, out
-
-
-def test_torchrl_clipppoloss_clip_epsilon_repro_prints_nan(run_python):
-    out = repro_output("torchrl-clipppoloss-unvalidated-clip-epsilon.md", run_python)
-    assert "clip_epsilon=1.5: log-ratio clip bounds [nan, 0.916], loss_objective nan" in out, out
-    assert "NaN advantage: loss_objective nan" in out, out
-
-
-def test_torchrl_clipppoloss_advantage_normalisation_repro_prints_the_skip_and_the_nan(run_python):
-    out = repro_output("torchrl-clipppoloss-advantage-normalisation-unchecked.md", run_python)
-    assert "[5.0] -> normalised 5.0" in out and "[1.0, nan, 3.0] -> normalised [nan, nan, nan]" in out, out
-
-
-def test_torchrl_grpoloss_kl_over_padding_repro_prints_the_diluted_kl(run_python):
-    out = repro_output("torchrl-grpoloss-kl-averaged-over-padding.md", run_python)
-    assert "token_mean kl_to_ref: 0.0266" in out and "prompt_mean kl_to_ref: 0.0266" in out, out
-    assert "k3 of every real token: 0.0426" in out, out
-
-
-def test_torchrl_grpoloss_prompt_mean_empty_sample_repro_prints_half_the_loss(run_python):
-    out = repro_output("torchrl-grpoloss-prompt-mean-counts-empty-samples.md", run_python)
-    assert "loss_objective: -0.5 " in out, out
-
-
-def test_torchrl_grpoloss_unchecked_inputs_repro_prints_acceptance(run_python):
-    out = repro_output("torchrl-grpoloss-unchecked-inputs.md", run_python)
-    assert "clip_epsilon=0.0 accepted, clip bounds: [-0.0, 0.0]" in out and "NaN logit: loss_objective nan" in out, out
