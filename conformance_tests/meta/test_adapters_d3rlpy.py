@@ -15,7 +15,7 @@ from rlconform.audit import clause_report, run_suite  # noqa: E402
 
 from conformance_tests import contract  # noqa: E402
 from conformance_tests.adapters import d3rlpy as adapter  # noqa: E402
-from conformance_tests.meta.test_adapters_sb3_contrib import check_declarations  # noqa: E402
+from conformance_tests.meta.test_adapters_sb3_contrib import check_declarations, repro_output  # noqa: E402
 from conformance_tests.modules import TableModule, TwinTable  # noqa: E402
 from conformance_tests.preflight import build  # noqa: E402
 
@@ -106,3 +106,9 @@ def test_d3rlpy_steps_its_temperature_inside_compute_actor_loss_and_leaves_alpha
     assert not torch.equal(log_temp.detach(), before)  # stepped inside the call
     (grad,) = torch.autograd.grad(loss["loss"], [log_temp])
     assert grad.abs().item() > 0  # α attached in the actor loss
+
+
+def test_d3rlpy_finding_repro_prints_the_stepped_temperature(run_python):
+    out = repro_output("d3rlpy-discrete-sac-actor-loss-after-temperature-step.md", run_python)
+    assert "log alpha 0.000000 -> -0.000300 inside compute_actor_loss" in out, out
+    assert "at the stepped alpha -1.3171343, at the alpha it was called with -1.3175490" in out, out
