@@ -17,6 +17,11 @@ from reference_impl.ccapo.textworld.games import GameSpec, generate
 DOCS_MODULES = ("mkdocs", "material", "pymdownx", "mathjax")
 # The audited libraries, imported once by the forkserver for the finding pages' repros.
 LIBRARIES = ("sb3_contrib", "torchrl", "trl", "verl")
+# The meta-test modules whose factories their audits build (``--impl MODULE:factory``), imported once by the
+# forkserver too: a child imports a big test module in about half a second (it is only the impl's module
+# there, never collected, so nothing needs pytest's assertion rewriting).
+FACTORY_MODULES = tuple(f"conformance_tests.meta.test_{m}" for m in ("verdict", "harness", "device", "messages",
+                                                                       "registry"))
 _SITE_SKIPPED = pytest.StashKey[str]()
 
 
@@ -53,7 +58,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _warm_children():
     """The meta-tests run about 150 short audits and many short scripts; their children fork from the
     standard library's forkserver, started by the first of them in each worker."""
-    with launch.warm(LIBRARIES):
+    with launch.warm((*LIBRARIES, *FACTORY_MODULES)):
         yield
 
 

@@ -99,3 +99,37 @@ def test_the_stdb_row_reads_both_raw_forms_and_judges_the_ratio(form):
     (row,) = stdb_rows(d)
     assert row[3].startswith(f"**{3.0 / 4.6:.2f}**") and "busy" not in row[3]
     assert row[4] == "≥ 500k/s: **missed** here; as a ratio, ≥ 0.38 of raw text `executemany`: met"
+
+
+def test_the_suite_row_against_a_baseline_gives_the_ratio_of_the_medians_and_its_verdict():
+    from tools.benchmarks.report import suite_rows
+
+    d = _suite([300.0, 280.0, 290.0])
+    d["baseline"] = {"commit": "a18a895", "wall_s": 240.0, "wall_s_all": [230.0, 240.0, 250.0], "tests": 1500}
+    d["ratio_to_baseline"] = 290.0 / 240.0
+    (row,) = suite_rows(d)
+    assert "`a18a895`" in row[2] and "240 s wall, median of 3 (230-250 s)" in row[2]
+    assert row[3] == "**1.21** of its time" and row[-1] == "≤ 1.20: **missed**"
+    d["ratio_to_baseline"] = 1.19
+    assert suite_rows(d)[0][-1] == "≤ 1.20: met"
+
+
+def test_the_side_by_side_bench_interleaves_the_checkouts_and_divides_the_medians(tmp_path, monkeypatch):
+    from tools.benchmarks import bench_suite_time as bench
+
+    base = tmp_path / "base"
+    (base / "conformance_tests").mkdir(parents=True)
+    walls = {bench.ROOT: iter([330.0, 300.0, 310.0]), base.resolve(): iter([250.0, 240.0, 260.0])}
+    order = []
+
+    def fake_run(device, root, python):
+        order.append(root)
+        return {"wall_s": next(walls[root]), "exit_code": 0, "tests": 10, "failed": 0, "by_file": {"test_a.py": 1.0}}
+
+    monkeypatch.setattr(bench, "one_run", fake_run)
+    res = bench.main(["--runs", "3", "--baseline", str(base), "--json", str(tmp_path / "out.json")])
+    assert order == [bench.ROOT, base.resolve()] * 3  # one of each in turn
+    assert (res["wall_s"], res["baseline"]["wall_s"]) == (310.0, 250.0)  # the medians
+    assert res["ratio_to_baseline"] == 310.0 / 250.0 and res["baseline"]["wall_s_all"] == [240.0, 250.0, 260.0]
+    with pytest.raises(SystemExit):  # a directory that is no checkout of the project
+        bench.main(["--baseline", str(tmp_path)])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -43,7 +44,6 @@ def test_a_child_gets_its_argv_directory_environment_and_files(probe, tmp_path, 
                             stdout=tmp_path / "out.txt", stderr=tmp_path / "err.txt")
         assert isinstance(proc, launch.Forked) == warm
         assert proc.wait(60) == 7 and proc.returncode == 7
-    import json
 
     got = json.loads((tmp_path / "out.txt").read_text().splitlines()[0])
     assert got == {"argv": ["a b", "7"], "cwd": str(probe), "env": "from the caller", "path0": str(probe), "stdin": ""}
@@ -103,3 +103,33 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie no one reaped yet is dead
         return f.read().split()[2] != "Z"
+
+
+def test_a_forked_child_starts_with_the_spec_parsed_and_the_constants_scanned(probe, tmp_path):
+    """What rlconform.prefork did once in the forkserver, a forked child does not do again."""
+    (probe / "prefork_probe.py").write_text(
+        "import json\nfrom hypothesis.internal.conjecture import providers\nfrom rlconform.spec import default_spec\n"
+        "print(json.dumps({'spec': default_spec.cache_info().currsize, 'scanned': len(providers._seen_modules)}))\n",
+        encoding="utf-8")
+    with launch.warm():
+        done = launch.run([sys.executable, "-m", "prefork_probe"], cwd=probe, timeout=120, tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["spec"] == 1 and got["scanned"] > 100, got  # torch alone brings hundreds of modules
+
+
+def test_the_constants_scan_writes_nothing_where_the_caller_works(tmp_path, monkeypatch):
+    from hypothesis import configuration
+    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import constants_from_module
+    from rlconform import prefork
+
+    home = tmp_path / ".hypothesis"  # Hypothesis's default: the working directory it was imported in
+    monkeypatch.setattr(configuration, "__hypothesis_home_directory_default", home)
+    monkeypatch.setattr(configuration, "__hypothesis_home_directory", None)
+    monkeypatch.setattr(providers, "_seen_modules", set())  # as in a fresh forkserver: nothing scanned yet
+    monkeypatch.setattr(providers, "_sys_modules_len", None)
+    constants_from_module.cache_clear()  # its per-module memo: each module is read (and its cache written) again
+    prefork._scan_local_constants()
+    assert providers._seen_modules and not home.exists()
+    assert configuration.__hypothesis_home_directory is None  # the children choose their own again

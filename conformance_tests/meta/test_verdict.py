@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rlconform import audit, cli
+from rlconform import audit, cli, launch
 from rlconform.audit import clause_report, render_checklist, run_suite
 from rlconform.cli import UsageError, gate
 from rlconform.spec import SpecError, default_spec, load_spec, spec_dir
@@ -207,11 +207,11 @@ def test_factory_exception_is_shown_with_its_traceback(tmp_path):
     assert code == 3 and "Traceback" in err and "in raising_factory" in err
 
 
-def test_pytest_impl_preflight_is_a_single_collection_error():
+def test_pytest_impl_preflight_is_a_single_collection_error(tmp_path):
     modules = [f"conformance_tests.{m}" for m in ("test_sac_backup", "test_ppo_masking", "test_isreshape_weights")]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", *modules, "-m", "not meta",
-                           "-p", "no:cacheprovider", "--impl", f"{HERE}:raising_factory", "-q"],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300)
+    proc = launch.run([sys.executable, "-m", "pytest", "--pyargs", *modules, "-m", "not meta",  # a warm child
+                       "-p", "no:cacheprovider", "--impl", f"{HERE}:raising_factory", "-q"],
+                      cwd=Path(__file__).resolve().parents[2], timeout=300, tmp=tmp_path)
     assert proc.returncode != 0
     assert "1 error" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
     assert proc.stdout.count("ERROR collecting") == 1 and "rlconform pre-flight" in proc.stdout  # not one per module
@@ -265,7 +265,7 @@ def test_report_keeps_every_failing_test_golden_first_with_hypothesis_details(fl
 def test_report_names_versions_commit_seed_and_only_the_audited_families(tmp_path):
     code, out, err = _cli("audit", "--impl", f"{HERE}:stalling_isreshape_impl", "--family", "isreshape",
                           "--out", tmp_path, "--profile", "release", "--seed", "1234", "--timeout", "600",
-                          "--budget", "15")
+                          "--budget", "6")
     report = json.loads((tmp_path / "report.json").read_text())
     info = report["run_info"]
     assert info["families"] == ["isreshape"] and list(info["spec_versions"]) == ["isreshape"]
@@ -287,7 +287,7 @@ def test_junit_xml_carries_clause_and_repro_properties(flawed):
 
 
 def test_a_hang_that_ignores_signals_is_killed_and_the_run_resumes():
-    payload = run_suite(f"{HERE}:deaf_hang_impl", clauses=["SAC-V-1", "SAC-TD-1"], timeout=10, grace=1)
+    payload = run_suite(f"{HERE}:deaf_hang_impl", clauses=["SAC-V-1", "SAC-TD-1"], timeout=5, grace=1)
     report = clause_report(payload)
     st = {c["id"]: c["status"] for c in report["clauses"]}
     assert st["SAC-V-1"] == "timeout" and st["SAC-TD-1"] == "pass"
@@ -311,7 +311,7 @@ def deaf_td_target_impl():
 def test_an_operation_killed_for_hanging_is_never_called_again_in_later_processes():
     """One kill per hung operation, not one per clause: the next child is told which operation the killed one
     was inside, and every later call of it fails at once as a timeout that says why."""
-    payload = run_suite(f"{HERE}:deaf_td_target_impl", clauses=["SAC-TD-1", "SAC-INPUT-4"], timeout=10, grace=1)
+    payload = run_suite(f"{HERE}:deaf_td_target_impl", clauses=["SAC-TD-1", "SAC-INPUT-4"], timeout=5, grace=1)
     st = {c["id"]: c["status"] for c in clause_report(payload)["clauses"]}
     assert st == {"SAC-TD-1": "timeout", "SAC-INPUT-4": "timeout"}, st
     assert len(payload["hung"]) == 1, payload["hung"]

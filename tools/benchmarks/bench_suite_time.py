@@ -1,11 +1,14 @@
 """Wall time of the README's test command (the conformance suite, ci profile, ``-n auto``), with the
-files that take the most worker time.
+files that take the most worker time; with ``--baseline``, side by side with another checkout's.
 
-Not a ratio: the target is the wall time a developer waits for, on this machine's cores. A shared
-machine makes a run longer, never shorter, and one run can land on a busy minute: ``--runs N`` runs the
-suite N times, one after another, and reports the median with the fastest and slowest run.
+The target is the wall time a developer waits for, on this machine's cores. A shared machine makes a run
+longer, never shorter, and one run can land on a busy minute: ``--runs N`` runs the suite N times and
+reports the median with the fastest and slowest run. ``--baseline CHECKOUT`` (e.g. a ``git worktree`` at
+an older commit, installed in its own environment: ``--baseline-python``) runs that checkout's suite
+between this one's runs, so both see the same machine, and reports the ratio of the medians.
 
-Run: ``python -m tools.benchmarks.bench_suite_time [--device cpu] [--runs 3]``
+Run: ``python -m tools.benchmarks.bench_suite_time [--device cpu] [--runs 3] [--baseline DIR
+[--baseline-python PY]]``
 """
 from __future__ import annotations
 
@@ -36,47 +39,78 @@ def per_file_seconds(junit: Path) -> tuple[dict[str, float], int, int]:
     return dict(by_file), tests, failed
 
 
-def one_run(device: str) -> dict:
-    """One cold run of the README's test command: wall time, tests, failures, worker seconds per file."""
+def one_run(device: str, root: Path = ROOT, python: str = sys.executable) -> dict:
+    """One run of the README's test command in ``root``: wall time, tests, failures, worker seconds per file."""
     with tempfile.TemporaryDirectory() as tmp:
         # as a fresh checkout runs it: no collection cached by earlier runs (XDG_CACHE_HOME), site tests in
         env = dict(os.environ, RLCONFORM_PROFILE="ci", RLCONFORM_DEVICE=device, XDG_CACHE_HOME=tmp,
                    RLCONFORM_SITE_TESTS="1")
         junit = Path(tmp) / "junit.xml"
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "conformance_tests", "-q", "-n", "auto",
-                               "-p", "no:cacheprovider", f"--junitxml={junit}"], cwd=ROOT, env=env,
+        proc = subprocess.run([python, "-m", "pytest", "conformance_tests", "-q", "-n", "auto",
+                               "-p", "no:cacheprovider", f"--junitxml={junit}"], cwd=root, env=env,
                               capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if not junit.exists():
-            sys.exit(f"the suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+            sys.exit(f"the suite in {root} did not run (exit {proc.returncode}):\n"
+                     f"{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
         by_file, tests, failed = per_file_seconds(junit)
     return {"wall_s": wall, "exit_code": proc.returncode, "tests": tests, "failed": failed, "by_file": by_file}
+
+
+def commit(root: Path) -> str | None:
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def summary(runs: list[dict]) -> dict:
+    """The median run (the lower middle one: a real run) and the spread of all."""
+    median = sorted(runs, key=lambda r: r["wall_s"])[(len(runs) - 1) // 2]
+    top = sorted(median["by_file"].items(), key=lambda kv: -kv[1])[:8]
+    return {"wall_s": median["wall_s"], "runs": len(runs), "wall_s_all": sorted(round(r["wall_s"], 1) for r in runs),
+            "exit_code": max(r["exit_code"] for r in runs), "tests": median["tests"],
+            "failed": max(r["failed"] for r in runs), "worker_s": sum(median["by_file"].values()),
+            "slowest_files": [{"file": f, "worker_s": round(s, 1)} for f, s in top]}
 
 
 def main(argv=None) -> dict:
     ap = C.parser(__doc__)
     ap.add_argument("--runs", type=int, default=1, help="run the suite this many times; the median run is reported")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout whose suite runs between this one's runs (side by side)")
+    ap.add_argument("--baseline-python", default=sys.executable,
+                    help="the interpreter of the environment the baseline checkout is installed in")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    runs = []
+    if args.baseline is not None and not (args.baseline / "conformance_tests").is_dir():
+        ap.error(f"--baseline {args.baseline} is not a checkout of this project (no conformance_tests/)")
+    contenders = {"this": (ROOT, sys.executable)}
+    if args.baseline is not None:
+        contenders["baseline"] = (args.baseline.resolve(), args.baseline_python)
+    runs: dict[str, list[dict]] = {name: [] for name in contenders}
     for k in range(args.runs):
-        runs.append(one_run(args.device))
-        print(f"run {k + 1}/{args.runs}: {runs[-1]['wall_s']:.0f} s wall, {runs[-1]['failed']} failed", flush=True)
-    walls = sorted(r["wall_s"] for r in runs)
-    median = sorted(runs, key=lambda r: r["wall_s"])[(len(runs) - 1) // 2]  # a real run (the lower middle one)
-    by_file = median["by_file"]
-    top = sorted(by_file.items(), key=lambda kv: -kv[1])[:8]
-    res = {"benchmark": "suite_time", "device": args.device, "wall_s": median["wall_s"],
-           "runs": len(runs), "wall_s_all": [round(w, 1) for w in walls],
-           "exit_code": max(r["exit_code"] for r in runs), "tests": median["tests"],
-           "failed": max(r["failed"] for r in runs), "workers": os.cpu_count(), "worker_s": sum(by_file.values()),
-           "slowest_files": [{"file": f, "worker_s": round(s, 1)} for f, s in top]}
+        for name, (root, python) in contenders.items():  # interleaved: both see the same minutes of the machine
+            runs[name].append(one_run(args.device, root, python))
+            r = runs[name][-1]
+            print(f"run {k + 1}/{args.runs} ({name}, {root}): {r['wall_s']:.0f} s wall, {r['tests']} tests, "
+                  f"{r['failed']} failed", flush=True)
+    res = {"benchmark": "suite_time", "device": args.device, "workers": os.cpu_count(), "commit": commit(ROOT),
+           **summary(runs["this"])}
+    if args.baseline is not None:
+        base = summary(runs["baseline"])
+        res["baseline"] = {"commit": commit(args.baseline), **base}
+        res["ratio_to_baseline"] = res["wall_s"] / base["wall_s"]
     path = C.write(f"suite_time_{args.device.split(':')[0]}", res, args.json)
-    spread = f" (median of {len(runs)}: {walls[0]:.0f}-{walls[-1]:.0f} s)" if len(runs) > 1 else ""
+    walls = res["wall_s_all"]
+    spread = f" (median of {args.runs}: {walls[0]:.0f}-{walls[-1]:.0f} s)" if args.runs > 1 else ""
     print(f"conformance suite: {res['wall_s']:.0f} s wall{spread} on {os.cpu_count()} workers "
-          f"({res['worker_s']:.0f} worker-s), {res['tests']} tests, {res['failed']} failed\nwrote {path}")
+          f"({res['worker_s']:.0f} worker-s), {res['tests']} tests, {res['failed']} failed")
+    if args.baseline is not None:
+        b = res["baseline"]
+        print(f"baseline {b['commit']}: {b['wall_s']:.0f} s wall ({b['tests']} tests); "
+              f"ratio {res['ratio_to_baseline']:.2f}x")
+    print(f"wrote {path}")
     return res
 
 

@@ -191,9 +191,18 @@ def suite_rows(d: dict) -> list[list[str]]:
     slow = ", ".join(f"{f['file'].removeprefix('test_')} {f['worker_s']:.0f}" for f in d["slowest_files"][:4])
     walls = d.get("wall_s_all", [d["wall_s"]])  # files from before --runs hold one run
     runs = f"median of {len(walls)} runs ({walls[0]:.0f}-{walls[-1]:.0f} s), " if len(walls) > 1 else ""
-    return [[f"conformance suite, ci profile, `-n auto` ({d['workers']} workers) [{d['device']}]",
-             f"{d['wall_s']:.0f} s wall, {runs}{d['tests']} tests, {d['failed']} failed ({d['worker_s']:.0f} "
-             f"worker-s; most: {slow})", "—", "—", f"≤ 120 s: {_met(d['wall_s'] <= 120 and not d['failed'])}"]]
+    ours = (f"{d['wall_s']:.0f} s wall, {runs}{d['tests']} tests, {d['failed']} failed ({d['worker_s']:.0f} "
+            f"worker-s; most: {slow})")
+    label = f"conformance suite, ci profile, `-n auto` ({d['workers']} workers) [{d['device']}]"
+    base = d.get("baseline")
+    if base is None:  # files from before --baseline: an absolute target
+        return [[label, ours, "—", "—", f"≤ 120 s: {_met(d['wall_s'] <= 120 and not d['failed'])}"]]
+    bwalls = base["wall_s_all"]
+    theirs = (f"the same command at `{base['commit']}`, run in between: {base['wall_s']:.0f} s wall, median of "
+              f"{len(bwalls)} ({bwalls[0]:.0f}-{bwalls[-1]:.0f} s), {base['tests']} tests")
+    ratio = d["ratio_to_baseline"]
+    return [[label, ours, theirs, f"**{ratio:.2f}** of its time",
+             f"≤ 1.20: {_met(ratio <= 1.2 and not d['failed'])}"]]
 
 
 SOURCES = [("sac_update_{}.json", sac_rows), ("top_p_{}.json", top_p_rows), ("ppo_epoch_{}.json", ppo_rows),

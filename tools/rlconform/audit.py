@@ -231,8 +231,9 @@ def run_suite(
                                    families=families, expectations=expectations, jobs=jobs, timeout=timeout,
                                    seed=seed, events=events, skip=skip, extra=extra)
                 try:
-                    env = {**child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"), KILLED_OPS_VAR: ",".join(killed_ops),
-                           "RLCONFORM_FAULT_LOG": str(tmp / "fault.txt")}
+                    env = {"HYPOTHESIS_STORAGE_DIRECTORY": str(tmp / ".hypothesis"),  # a forked child's too
+                           **child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"),
+                           KILLED_OPS_VAR: ",".join(killed_ops), "RLCONFORM_FAULT_LOG": str(tmp / "fault.txt")}
                     proc = launch.start(args, cwd=tmp, env=env, stdout=log_file.name)
                     state.finished = None
                     reason = _watch(proc, state, events, on_event, per_test + grace if per_test else 0, started,

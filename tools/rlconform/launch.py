@@ -62,7 +62,7 @@ def _context():
     with _lock:
         if _state["context"] is None:
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(list(_state["preload"]))
+            ctx.set_forkserver_preload([*_state["preload"], "rlconform.prefork"])  # last: after every import
             _state["context"] = ctx
         return _state["context"]
 
