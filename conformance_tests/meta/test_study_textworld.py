@@ -180,11 +180,14 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
                                f"--variant single --no-run --publish {dest}")
 
 
-def test_an_unfinished_study_is_not_published(tmp_path):
+def test_an_unfinished_study_is_not_published(tmp_path, capsys):
+    from tools.experiments.study import main
+
     _study(tmp_path / "s")
     (st.run_dir(tmp_path / "s", "single", 2, "gigpo-w1", 4) / "metrics.jsonl").unlink()
-    with pytest.raises(RuntimeError, match="1 runs unfinished"):
-        st.publish(tmp_path / "s", tmp_path / "page")
+    argv = ["study", "ccapo-textworld", "--out", str(tmp_path / "s"), "--no-run", "--publish", str(tmp_path / "page")]
+    assert main(argv) == 2  # what the user must do first, not an internal error
+    assert "1 runs unfinished (first: single/init2/gigpo-w1/seed4)" in capsys.readouterr().err
     assert not (tmp_path / "page").exists()
 
 

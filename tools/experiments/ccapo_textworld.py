@@ -23,6 +23,7 @@ from pathlib import Path
 from reference_impl.ccapo.textworld.env import TextWorldEnv
 from reference_impl.ccapo.textworld.games import game_set, train_and_heldout
 from reference_impl.ccapo.textworld.trainer import Config
+from rlconform.cli._common import UsageError
 from rlconform.provenance import stamp
 
 from tools.experiments import analysis as an
@@ -256,8 +257,8 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     grid = json.loads((vdir / "grid.json").read_text())
     missing = missing_runs(vdir, grid)
     if missing and not partial:
-        raise RuntimeError(f"{vdir}: {len(missing)} runs unfinished (first: {missing[0]}); re-run the study's "
-                           "command to finish them before publishing")
+        raise UsageError(f"{vdir}: {len(missing)} runs unfinished (first: {missing[0]}); re-run the study's "
+                         "command to finish them before publishing")
     arms = grid["arms"]
     runs = {k: recs for k, recs in _runs(vdir, arms).items() if len(recs) >= grid["updates"]}  # a run in flight: not yet
     if not runs:

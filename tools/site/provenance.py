@@ -24,6 +24,8 @@ REGENERATE = {
     "results/isreshape/": "python -m tools.experiments.isreshape_curves --train",
     "results/ccapo/textworld-study/": "python -m tools.experiments study ccapo-textworld --out DIR "
                                       "--publish docs/results/ccapo/textworld-study (see the page)",
+    "results/ccapo/textworld-multiroom/": "python -m tools.experiments study ccapo-textworld --out DIR --variant "
+                                          "multiroom --publish docs/results/ccapo/textworld-multiroom (see the page)",
     "results/ccapo/textworld/": "python -m reference_impl.ccapo.textworld.plot RUNS --out docs/results/ccapo/textworld",
     "results/ccapo/": "python -m tools.experiments.ccapo_curves --train --seeds 0,1,2",
     "results/sac/": "python -m tools.experiments.sac.build SUITE CEILING.jsonl REEVAL.jsonl SUPERVISED.jsonl EXTRA "
