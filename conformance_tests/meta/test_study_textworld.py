@@ -189,6 +189,8 @@ def test_an_unfinished_study_is_not_published(tmp_path, capsys):
     assert main(argv) == 2  # what the user must do first, not an internal error
     assert "1 runs unfinished (first: single/init2/gigpo-w1/seed4)" in capsys.readouterr().err
     assert not (tmp_path / "page").exists()
+    argv[argv.index("--out") + 1] = str(tmp_path / "nothing")  # no study there at all
+    assert main(argv) == 2 and "holds no single study (no grid.json)" in capsys.readouterr().err
 
 
 def test_the_study_command_rejects_what_this_study_does_not_have_before_any_run(tmp_path, capsys):

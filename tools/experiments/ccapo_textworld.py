@@ -254,6 +254,8 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
 
     out, dest = Path(out), Path(dest)
     vdir = out / variant
+    if not (vdir / "grid.json").is_file():
+        raise UsageError(f"{vdir} holds no {variant} study (no grid.json): run the study's command first")
     grid = json.loads((vdir / "grid.json").read_text())
     missing = missing_runs(vdir, grid)
     if missing and not partial:

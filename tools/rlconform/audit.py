@@ -231,7 +231,9 @@ def run_suite(
                                    families=families, expectations=expectations, jobs=jobs, timeout=timeout,
                                    seed=seed, events=events, skip=skip, extra=extra)
                 try:
-                    env = {"HYPOTHESIS_STORAGE_DIRECTORY": str(tmp / ".hypothesis"),  # a forked child's too
+                    # Hypothesis's cache in the run's directory: a forked child's default home was fixed where
+                    # the forkserver started (the caller's directory)
+                    env = {"HYPOTHESIS_STORAGE_DIRECTORY": str(tmp / ".hypothesis"),
                            **child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"),
                            KILLED_OPS_VAR: ",".join(killed_ops), "RLCONFORM_FAULT_LOG": str(tmp / "fault.txt")}
                     proc = launch.start(args, cwd=tmp, env=env, stdout=log_file.name)

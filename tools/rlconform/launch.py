@@ -3,10 +3,11 @@ library's forkserver once the caller asks for warm children.
 
 A fresh interpreter spends about 3 s importing torch, hypothesis and the suite before a test runs; one
 mutant's tests take well under a second. Inside :func:`warm`, children are forked from
-:mod:`multiprocessing`'s forkserver, which imported :data:`PRELOAD` once (``set_forkserver_preload``), so
-a child starts in milliseconds. The forkserver only imports: it never runs a torch operation before it
-forks, so no OpenMP pool is forked half-started. Test modules are never preloaded, so pytest still
-rewrites their assertions.
+:mod:`multiprocessing`'s forkserver, which imported :data:`PRELOAD` once (``set_forkserver_preload``), then
+:mod:`rlconform.prefork` (the spec parsed, Hypothesis's constant scan done), so a child starts in
+milliseconds. The forkserver never runs a torch operation before it forks, so no OpenMP pool is forked
+half-started. Clause-test modules are never preloaded, so pytest still rewrites their assertions (a caller
+may preload a test module that a child only imports as an implementation's module, as the meta-tests do).
 
 Either way the caller gets a handle with ``subprocess.Popen``'s ``pid``, ``poll``, ``wait(timeout)``,
 ``send_signal``, ``terminate``, ``kill`` and ``returncode``, and the child gets the command line, working
