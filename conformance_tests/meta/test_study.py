@@ -95,6 +95,16 @@ def test_the_sweep_keeps_the_rate_with_the_best_windowed_held_out_score(tmp_path
     assert study.choose_lr(tmp_path, ["v4"], (1e-4, 3e-4, 1e-3), 100, (0, 1)) == {"v4": 3e-4}
 
 
+def test_a_rate_whose_runs_all_diverged_is_never_chosen_and_a_diverged_run_does_not_sink_its_rate():
+    from tools.experiments import analysis as an
+
+    nan = math.nan
+    sweep = {"a": {1e-3: [0.2, 0.2], 1e-2: [nan, nan]}, "b": {1e-3: [0.2, 0.3], 1e-2: [0.4, nan]}}
+    assert an.choose_rates(sweep) == {"a": 1e-3, "b": 1e-2}
+    assert an.sweep_table(sweep)[2:] == ["| `a` | 0.200 | – |", "| `b` | 0.250 | 0.400 |"]
+    assert an.at_edge({"a": 1e-3, "b": 3e-3}, (1e-3, 3e-3, 1e-2)) == ["a"]
+
+
 def test_too_few_pairs_make_no_claim():
     one = {0: {0: 0.9}}  # one pair: its bootstrap "interval" is a point that excludes 0
     assert an.paired_claim("v4", "ppo", "accuracy", one).startswith("too few paired runs (1, fewer than 5)")

@@ -31,7 +31,7 @@ def test_runs_of_one_initial_model_and_seed_differ_across_arms_only_in_the_arm(t
         shared = {tuple(x for i, x in enumerate(j.argv) if not any(j.argv[i - k] in arm_flags for k in (0, 1)))
                   for j in block}
         assert len(shared) == 1, f"runs of one pair differ beyond the arm: {shared}"
-    by_arm = {j.key[-2]: j.argv for j in grid[:4]}
+    by_arm = {j.key[-3]: j.argv for j in grid[:4]}
     assert [_opt(by_arm[a], "--arms") for a in st.ARMS] == ["ccapo", "grpo", "gigpo", "gigpo"]
     assert [_opt(by_arm[a], "--gigpo-omega") for a in st.ARMS] == [None, None, "0.5", "1.0"]
     # seed-major: an interrupted study holds whole blocks of every arm
@@ -78,7 +78,8 @@ def test_a_finished_run_is_skipped_and_an_interrupted_one_continues(tmp_path):
     assert all("--resume" in j.argv for j in jobs)  # a killed run restarts from its checkpoint
     _write_run(jobs[0].run_dir, 10, lambda u: 0.5)
     _write_run(jobs[1].run_dir, 6, lambda u: 0.5)  # stopped at update 6 of 10
-    assert st.missing_runs(tmp_path / "single", grid) == ["single/init0/grpo/seed0", "single/repeat/init0/ccapo/seed0"]
+    assert st.missing_runs(tmp_path / "single", grid) == ["single/init0/grpo/lr0.003/seed0",
+                                                          "single/repeat/init0/ccapo/lr0.003/seed0"]
 
 
 def test_pairs_whose_logs_agree_are_counted():
@@ -127,9 +128,9 @@ def _write_run(run_dir: Path, n: int, heldout, *, collapsed: bool = False, kl_sp
     (run_dir / "config.json").write_text("{}")
 
 
-def _study(out: Path) -> None:
+def _study(out: Path, lr: float = st.DEFAULT_LR) -> None:
     """ccapo 0.2 above grpo in every pair; gigpo-w0.5 +-0.1 alternating; gigpo-w1 0.1 below; one grpo run
-    collapsed, one KL spike at update 7."""
+    collapsed, one KL spike at update 7; every arm at ``lr``."""
     shift = {"ccapo": lambda p, s: 0.2, "grpo": lambda p, s: 0.0,
              "gigpo-w0.5": lambda p, s: 0.1 * (-1) ** (s + p), "gigpo-w1": lambda p, s: -0.1}
     pretrains, seeds = (0, 1, 2), (0, 1, 2, 3, 4)
@@ -137,12 +138,15 @@ def _study(out: Path) -> None:
         for s in seeds:
             base = 0.4 + 0.02 * s + 0.05 * p
             for arm in st.ARMS:
-                _write_run(st.run_dir(out, "single", p, arm, s), UPDATES, lambda u, v=base + shift[arm](p, s): v,
+                _write_run(st.run_dir(out, "single", p, arm, s, lr), UPDATES, lambda u, v=base + shift[arm](p, s): v,
                            collapsed=(arm, p, s) == ("grpo", 1, 2), kl_spike_at=7 if (arm, p, s) == ("ccapo", 2, 3) else -1)
     p, arm, s = st.REPEAT
-    _write_run(out / "single" / "repeat" / f"init{p}" / arm / f"{arm}-s{s}", UPDATES, lambda u: 0.4 + 0.2)
+    _write_run(st.run_dir(out, "single", p, arm, s, lr, base=out / "single" / "repeat" / f"init{p}"), UPDATES,
+               lambda u: 0.4 + 0.2)
     (out / "single" / "grid.json").write_text(json.dumps({"arms": list(st.ARMS), "pretrains": list(pretrains),
-                                                          "seeds": list(seeds), "updates": UPDATES}))
+                                                          "seeds": list(seeds), "updates": UPDATES,
+                                                          **({"lr": dict.fromkeys(st.ARMS, lr)}
+                                                             if lr != st.DEFAULT_LR else {})}))
     (out / "single" / "random_policy.json").write_text(json.dumps(
         {"games": 8, "episodes": 80, "max_steps": 20, "success": 0.05, "win_steps": [9] * 4, "walkthrough_steps": [3, 4, 5]}))
     (out / "single" / "timings.jsonl").write_text("".join(
@@ -150,12 +154,17 @@ def _study(out: Path) -> None:
         + "\n" for i in range(61)))  # the first attempt was interrupted
 
 
-def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_path, monkeypatch):
+@pytest.fixture
+def fast_bootstrap(monkeypatch):
+    """A page in a fraction of a second: fewer bootstrap replicates, the same sentences for these clear cases."""
     import functools
 
     from tools.experiments import analysis as an
 
-    monkeypatch.setattr(an, "paired_bootstrap", functools.partial(an.paired_bootstrap, reps=1000))  # a fast page
+    monkeypatch.setattr(an, "paired_bootstrap", functools.partial(an.paired_bootstrap, reps=1000))
+
+
+def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_path, fast_bootstrap):
     _study(tmp_path / "s")
     dest = tmp_path / "page"
     st.publish(tmp_path / "s", dest)
@@ -163,7 +172,7 @@ def test_the_page_says_what_the_intervals_allow_and_shows_the_collapsed_run(tmp_
     assert "`ccapo` beats `grpo` on held-out success (last 20%) (paired difference +0.200" in page
     assert "this study cannot tell `gigpo-w0.5` and `grpo` apart on held-out success (last 20%)" in page
     assert "`gigpo-w1` is worse than `grpo` on held-out success (last 20%)" in page
-    assert "| `grpo` | 15 |" in page and "| 1 of 15 |" in page  # shown, not dropped
+    assert "| `grpo` | 0.003 | 15 |" in page and "| 1 of 15 |" in page  # shown, not dropped
     assert "- `grpo`, initial model 1, seed 2: training success 0.00" in page
     assert "| `ccapo` | 9 | 7 (model 2, seed 3) |" in page  # the spike with its update
     assert "| `ccapo` | 50 | 7 (model 2, seed 3) | 1 |" in page  # the gradient-norm spike, above its level
@@ -187,7 +196,7 @@ def test_an_unfinished_study_is_not_published(tmp_path, capsys):
     (st.run_dir(tmp_path / "s", "single", 2, "gigpo-w1", 4) / "metrics.jsonl").unlink()
     argv = ["study", "ccapo-textworld", "--out", str(tmp_path / "s"), "--no-run", "--publish", str(tmp_path / "page")]
     assert main(argv) == 2  # what the user must do first, not an internal error
-    assert "1 runs unfinished (first: single/init2/gigpo-w1/seed4)" in capsys.readouterr().err
+    assert "1 runs unfinished (first: single/init2/gigpo-w1/lr0.003/seed4)" in capsys.readouterr().err
     assert not (tmp_path / "page").exists()
     argv[argv.index("--out") + 1] = str(tmp_path / "nothing")  # no study there at all
     assert main(argv) == 2 and "holds no single study (no grid.json)" in capsys.readouterr().err
@@ -197,9 +206,70 @@ def test_the_study_command_rejects_what_this_study_does_not_have_before_any_run(
     from tools.experiments.study import main
 
     base = ["study", "ccapo-textworld", "--out", str(tmp_path / "s")]
-    assert main([*base, "--lr-from", str(tmp_path / "lr.json")]) == 2
+    (tmp_path / "lr.json").write_text(json.dumps({"ccapo": 1e-3}))
+    assert main([*base, "--lr-from", str(tmp_path / "lr.json")]) == 2  # no rate for grpo, gigpo-w0.5, gigpo-w1
     assert main([*base, "--variant", "tiny"]) == 2
     assert main([*base, "--arms", "ccapo,ppo"]) == 2
     err = capsys.readouterr().err
-    assert "has no learning-rate sweep" in err and "--variant tiny: choose from single, multiroom" in err
+    assert "no positive learning rate for arm 'grpo'" in err and "--variant tiny: choose from single, multiroom" in err
     assert "unknown arm 'ppo'" in err and not (tmp_path / "s").exists()
+
+
+def test_the_sweep_runs_apart_from_the_grid_it_chooses_for(tmp_path):
+    sweep = st.sweep_jobs(tmp_path, "single", st.ARMS, 50)
+    assert len(sweep) == len(st.ARMS) * len(st.LRS) * len(st.SWEEP_SEEDS)
+    assert {_opt(j.argv, "--init-seed") for j in sweep} == {str(st.SWEEP_INIT)}
+    assert st.SWEEP_INIT not in st.PRETRAIN_SEEDS
+    assert {float(_opt(j.argv, "--lr")) for j in sweep} == set(st.LRS)
+    main = st.jobs(tmp_path, "single", st.ARMS, st.PRETRAIN_SEEDS, st.SEEDS, 50,
+                   chosen={"ccapo": 1e-2, "grpo": 1e-3, "gigpo-w0.5": 3e-3, "gigpo-w1": 3e-3})
+    assert not {j.run_dir for j in sweep} & {j.run_dir for j in main}
+    assert {(j.key[-3], _opt(j.argv, "--lr")) for j in main} == {("ccapo", "0.01"), ("grpo", "0.001"),
+                                                                ("gigpo-w0.5", "0.003"), ("gigpo-w1", "0.003")}
+    assert all(j.run_dir.parent == Path(_opt(j.argv, "--out")) for j in sweep + main)  # where the trainer writes
+
+
+def test_the_study_runs_each_arm_at_the_rate_its_sweep_chose(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_grid(grid, where, **kw):  # the sweep's runs: ccapo best at 1e-2, the others at 1e-3
+        ran.append(grid)
+        for j in grid:
+            if "sweep" in j.key:
+                best = {"ccapo": 1e-2}.get(j.key[3], 1e-3)
+                _write_run(j.run_dir, 10, lambda u, v=0.9 if float(_opt(j.argv, "--lr")) == best else 0.1: v)
+
+    monkeypatch.setattr(st, "run_grid", fake_grid)
+    monkeypatch.setattr(st, "prepare_games", lambda out, variant: None)
+    (tmp_path / "single").mkdir()
+    (tmp_path / "single" / "random_policy.json").write_text("{}")
+    arms = ("ccapo", "grpo")
+    chosen = st.run(tmp_path, parallel=1, updates=10, arms=arms, seeds=(0,), pretrains=(0,), echo=lambda m: None)
+    assert chosen == {"ccapo": 1e-2, "grpo": 1e-3}
+    assert json.loads((tmp_path / "single" / "grid.json").read_text())["lr"] == chosen
+    assert {(j.key[-3], _opt(j.argv, "--lr")) for j in ran[1]} == {("ccapo", "0.01"), ("grpo", "0.001")}
+    ran.clear()  # rates given: no sweep
+    assert st.run(tmp_path, parallel=1, updates=10, arms=arms, seeds=(0,), pretrains=(0,), echo=lambda m: None,
+                  chosen={"ccapo": 3e-3, "grpo": 3e-3}) == {"ccapo": 3e-3, "grpo": 3e-3}
+    assert len(ran) == 1 and not any("sweep" in j.key for j in ran[0])
+
+
+def test_the_page_shows_the_sweep_and_each_arms_rate(tmp_path, fast_bootstrap):
+    out = tmp_path / "s"
+    _study(out, lr=1e-2)  # the main grid at the rate the sweep below chose
+    for j in st.sweep_jobs(out, "single", st.ARMS, UPDATES):
+        _write_run(j.run_dir, UPDATES, lambda u, v=0.5 + float(_opt(j.argv, "--lr")): v)  # the largest rate best
+    st.publish(out, tmp_path / "page")
+    page = (tmp_path / "page" / "results.md").read_text()
+    assert "each arm at its best learning rate" in page.splitlines()[0]
+    assert "| `ccapo` | 0.501 | 0.503 | 0.510 |" in page and "| `ccapo` | 0.01 | 15 |" in page
+    assert "`gigpo-w1`, `ccapo`" not in page and "is at an edge of the grid" in page
+    assert "the two logs are identical" in page  # the repeat found at its arm's rate
+
+
+def test_a_study_from_before_the_sweep_reads_as_every_arm_at_the_default_rate(tmp_path, fast_bootstrap):
+    _study(tmp_path / "s")
+    st.publish(tmp_path / "s", tmp_path / "page")
+    page = (tmp_path / "page" / "results.md").read_text()
+    assert "No sweep in this study: every arm at 0.003 (the trainer's default)." in page
+    assert "| `grpo` | 0.003 | 15 |" in page and "Learning-rate sweep" not in page

@@ -128,3 +128,34 @@ def paired_claim(a: str, b: str, metric: str, diffs: dict[int, dict[int, float]]
     if n < MIN_PAIRS:
         return f"too few paired runs ({n}, fewer than {MIN_PAIRS}) to compare `{a}` with `{b}` on {metric}"
     return claim(a, b, metric, *paired_bootstrap(diffs), higher_is_better=higher_is_better)
+
+
+# ----------------------------------------------------------------------------- learning-rate sweeps
+Sweep = dict  # arm -> {learning rate: [windowed held-out score of each sweep run]}
+
+
+def _mean(vals) -> float:
+    vals = [v for v in vals if not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def choose_rates(sweep: Sweep) -> dict[str, float]:
+    """Per arm, the rate whose sweep runs have the best mean score (a NaN run left out, a rate with none never
+    chosen over one with a score; ties: the smaller rate, the less aggressive choice)."""
+    return {arm: max(sorted(by_lr), key=lambda lr: -math.inf if math.isnan(_mean(by_lr[lr])) else _mean(by_lr[lr]))
+            for arm, by_lr in sweep.items()}
+
+
+def sweep_table(sweep: Sweep) -> list[str]:
+    """The sweep as a markdown table, arm x rate, each cell the mean score of its runs ('–' where none)."""
+    lrs = sorted({lr for by_lr in sweep.values() for lr in by_lr})
+    rows = ["| arm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
+    for arm, by_lr in sweep.items():
+        cells = [_mean(by_lr.get(lr, [])) for lr in lrs]
+        rows.append(f"| `{arm}` | " + " | ".join("–" if math.isnan(c) else f"{c:.3f}" for c in cells) + " |")
+    return rows
+
+
+def at_edge(chosen: dict[str, float], lrs) -> list[str]:
+    """The arms whose chosen rate is the smallest or largest of the grid: a wider grid could still move it."""
+    return [a for a, lr in chosen.items() if lr in (min(lrs), max(lrs))]

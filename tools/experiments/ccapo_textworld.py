@@ -1,7 +1,11 @@
-"""The CCAPO TextWorld study: CCAPO, GRPO and GiGPO (step weight 0.5 and 1) x 5 RL seeds x 3 initial models.
+"""The CCAPO TextWorld study: CCAPO, GRPO and GiGPO (step weight 0.5 and 1) x 5 RL seeds x 3 initial models,
+each arm at its best learning rate.
 
 One command, ``python -m tools.experiments study ccapo-textworld --out DIR [--variant multiroom]``:
 
+- **Sweep.** Each arm at every rate of ``LRS`` on an initial model and RL seeds of its own (``SWEEP_INIT``,
+  ``SWEEP_SEEDS``), so the choice never sees the runs it is judged on; the rate with the best windowed held-out
+  success is kept (``--lr-from FILE`` skips the sweep).
 - **Pairs.** Runs of one (initial model I, RL seed S) share the network's initial weights (``--init-seed I``),
   the training games of every update and the evaluation draws (``--seeds S``) across arms, so each arm is
   compared with ``BASELINE`` run by run. The arms differ only in the advantage they train on; their draws
@@ -11,8 +15,9 @@ One command, ``python -m tools.experiments study ccapo-textworld --out DIR [--va
 - **Repeat.** One configuration runs twice (``repeat/``), so the page states the run-to-run spread of a
   re-run on this machine instead of assuming it is zero.
 
-Layout: ``DIR/<variant>/init<I>/<arm>/<trainer arm>-s<S>/metrics.jsonl``; games are generated once into
-``DIR/games`` (deterministic by seed); ``DIR/<variant>/grid.json`` records the grid the page is checked against.
+Layout: ``DIR/<variant>/init<I>/<arm>/lr<L>/<trainer arm>-s<S>/metrics.jsonl``, the sweep the same under
+``DIR/<variant>/sweep/``; games are generated once into ``DIR/games`` (deterministic by seed);
+``DIR/<variant>/grid.json`` records the grid the page is checked against, rates included.
 """
 from __future__ import annotations
 
@@ -46,6 +51,9 @@ BASELINE = "grpo"  # CCAPO with beta = 0: the same code without the micro stream
 ARM_CONFIG = {"ccapo": ("ccapo", {}), "grpo": ("grpo", {}),
               "gigpo-w0.5": ("gigpo", {"gigpo_omega": 0.5}), "gigpo-w1": ("gigpo", {"gigpo_omega": 1.0})}
 PRETRAIN_SEEDS, SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)  # initial models (init_seed) x RL seeds
+LRS = (1e-3, 3e-3, 1e-2)  # around the trainer's default; a best rate at an edge of the grid calls for a wider one
+SWEEP_INIT, SWEEP_SEEDS = 100, (0, 1)  # the sweep's own initial model and seeds
+DEFAULT_LR = Config.lr  # the rate of a study that recorded none (studies from before the sweep)
 REPEAT = (0, "ccapo", 0)  # (initial model, arm, seed) run a second time to measure the run-to-run spread
 # evaluation every 5 updates, so the last 20% of a 50-update run holds two held-out evaluations (64 episodes)
 EVAL = {"eval_every": 5, "heldout_games": 16, "eval_episodes": 2}
@@ -82,6 +90,33 @@ def spike_table(rows: list[dict], arms, key: str, what: str) -> list[str]:
     return out
 
 
+def lr_lines(sweep: an.Sweep, chosen: dict[str, float], variant: str) -> list[str]:
+    """The design's learning-rate item: how each arm's rate was chosen."""
+    if not sweep:
+        same = len(set(chosen.values())) == 1
+        return ["- **Learning rate.** No sweep in this study: "
+                + (f"every arm at {next(iter(chosen.values())):g}" if same else
+                   ", ".join(f"`{a}` {lr:g}" for a, lr in chosen.items()))
+                + (" (the trainer's default)." if same and next(iter(chosen.values())) == DEFAULT_LR else
+                   " (given with `--lr-from`).")]
+    return [f"- **Learning rate, per arm.** Each arm ran at every rate of {', '.join(f'{lr:g}' for lr in LRS)} on an "
+            f"initial model of its own (network seed {SWEEP_INIT}) and RL seeds {', '.join(map(str, SWEEP_SEEDS))}, "
+            f"{variant} games as here; the rate with the best mean held-out success (last 20%) was kept, ties to the "
+            "smaller rate. The choice never sees the runs it is judged on; it does see the same held-out games."]
+
+
+def sweep_section(sweep: an.Sweep, chosen: dict[str, float]) -> list[str]:
+    """The sweep's table and the chosen rates, with the arms whose rate is at an edge of the grid."""
+    if not sweep:
+        return []
+    edge = an.at_edge(chosen, LRS)
+    return ["Learning-rate sweep: held-out success (last 20%), mean over the sweep's runs:", "",
+            *an.sweep_table(sweep), "",
+            "Chosen: " + ", ".join(f"`{a}` {lr:g}" for a, lr in chosen.items()) + "."
+            + (f" The rate of {', '.join(f'`{a}`' for a in edge)} is at an edge of the grid, so a wider grid could "
+               "still move it." if edge else ""), ""]
+
+
 def _span(values) -> str:
     """``3`` for equal values, ``3-6`` for a range."""
     lo, hi = min(values), max(values)
@@ -91,31 +126,57 @@ def root(out: Path, variant: str, init: int) -> Path:
     return Path(out) / variant / f"init{init}"
 
 
-def run_dir(out: Path, variant: str, init: int, arm: str, seed: int) -> Path:
-    return root(out, variant, init) / arm / f"{ARM_CONFIG[arm][0]}-s{seed}"
+def sweep_root(out: Path, variant: str) -> Path:
+    return Path(out) / variant / "sweep" / f"init{SWEEP_INIT}"
 
 
-def job(out: Path, variant: str, arm: str, init: int, seed: int, updates: int, *, device: str = "cpu",
-        base: Path | None = None) -> Job:
-    """One run; ``base`` puts it under another root (the repeat) with the same settings."""
-    trainer_arm, arm_cfg = ARM_CONFIG[arm]
+def run_dir(out: Path, variant: str, init: int, arm: str, seed: int, lr: float = DEFAULT_LR, *,
+            base: Path | None = None) -> Path:
     where = Path(base) if base is not None else root(out, variant, init)
+    return where / arm / f"lr{lr:g}" / f"{ARM_CONFIG[arm][0]}-s{seed}"
+
+
+def job(out: Path, variant: str, arm: str, init: int, seed: int, updates: int, lr: float = DEFAULT_LR, *,
+        device: str = "cpu", base: Path | None = None, tag: str = "") -> Job:
+    """One run; ``base`` puts it under another root (the repeat, the sweep; ``tag`` names it in the key)."""
+    trainer_arm, arm_cfg = ARM_CONFIG[arm]
+    rd = run_dir(out, variant, init, arm, seed, lr, base=base)
     argv = ("--arms", trainer_arm, "--seeds", str(seed), "--init-seed", str(init), "--updates", str(updates),
-            "--resume", "--out", str(where / arm), "--device", device, "--games-dir", str(Path(out) / "games"),
-            *flags(EVAL), *flags(VARIANTS[variant]["task"]), *flags(arm_cfg))
-    key = (variant, *(("repeat",) if base is not None else ()), f"init{init}", arm, f"seed{seed}")
-    return Job(key=key, trainer="ccapo-textworld", argv=argv, run_dir=where / arm / f"{trainer_arm}-s{seed}",
-               updates=updates)
+            "--lr", f"{lr:g}", "--resume", "--out", str(rd.parent), "--device", device,
+            "--games-dir", str(Path(out) / "games"), *flags(EVAL), *flags(VARIANTS[variant]["task"]), *flags(arm_cfg))
+    key = (variant, *((tag,) if tag else ()), f"init{init}", arm, f"lr{lr:g}", f"seed{seed}")
+    return Job(key=key, trainer="ccapo-textworld", argv=argv, run_dir=rd, updates=updates)
 
 
-def jobs(out: Path, variant: str, arms, pretrains, seeds, updates: int, device: str = "cpu") -> list[Job]:
-    """Seed-major order, so an interrupted study holds whole (model, seed) blocks of every arm, paired; the
-    repeat last."""
-    grid = [job(out, variant, a, p, s, updates, device=device) for s in seeds for p in pretrains for a in arms]
+def jobs(out: Path, variant: str, arms, pretrains, seeds, updates: int, device: str = "cpu",
+         chosen: dict[str, float] | None = None) -> list[Job]:
+    """The main grid, each arm at its ``chosen`` rate (default: the trainer's). Seed-major order, so an
+    interrupted study holds whole (model, seed) blocks of every arm, paired; the repeat last."""
+    lr = {a: (chosen or {}).get(a, DEFAULT_LR) for a in arms}
+    grid = [job(out, variant, a, p, s, updates, lr[a], device=device) for s in seeds for p in pretrains for a in arms]
     p, a, s = REPEAT
     if a in arms and p in pretrains and s in seeds:
-        grid.append(job(out, variant, a, p, s, updates, device=device, base=Path(out) / variant / "repeat" / f"init{p}"))
+        grid.append(job(out, variant, a, p, s, updates, lr[a], device=device, tag="repeat",
+                        base=Path(out) / variant / "repeat" / f"init{p}"))
     return grid
+
+
+def sweep_jobs(out: Path, variant: str, arms, updates: int, device: str = "cpu") -> list[Job]:
+    """Every arm at every rate of ``LRS`` on the sweep's initial model and seeds, rate-major."""
+    return [job(out, variant, a, SWEEP_INIT, s, updates, lr, device=device, tag="sweep", base=sweep_root(out, variant))
+            for lr in LRS for s in SWEEP_SEEDS for a in arms]
+
+
+def sweep_scores(out: Path, variant: str, arms) -> an.Sweep:
+    """Each finished sweep run's windowed held-out success, by arm and rate (rates never run left out)."""
+    sweep: an.Sweep = {}
+    for arm in arms:
+        for lr in LRS:
+            recs = [flat(read_metrics(run_dir(out, variant, SWEEP_INIT, arm, s, lr, base=sweep_root(out, variant))))
+                    for s in SWEEP_SEEDS]
+            if any(recs):
+                sweep.setdefault(arm, {})[lr] = [an.windowed(r, "heldout_success_rate") for r in recs if r]
+    return sweep
 
 
 def prepare_games(out: Path, variant: str) -> None:
@@ -156,21 +217,33 @@ def random_policy(out: Path, variant: str, *, games: int = 8, episodes: int = 10
 
 
 def run(out: Path, *, parallel: int, updates: int | None = None, device: str = "cpu", variant: str = "single",
-        arms=ARMS, seeds=SEEDS, pretrains=PRETRAIN_SEEDS, echo=print) -> None:
+        arms=ARMS, seeds=SEEDS, pretrains=PRETRAIN_SEEDS, chosen: dict[str, float] | None = None,
+        echo=print) -> dict[str, float]:
+    """The sweep (unless ``chosen`` gives each arm's rate), then the main grid; returns the rates used (also in
+    ``DIR/<variant>/chosen_lr.json``, the file ``--lr-from`` takes, and in ``grid.json``)."""
     out = Path(out)
     updates = updates or VARIANTS[variant]["updates"]
     vdir = out / variant
     vdir.mkdir(parents=True, exist_ok=True)
-    (vdir / "grid.json").write_text(json.dumps({"arms": list(arms), "pretrains": list(pretrains), "seeds": list(seeds),
-                                                "updates": updates, "device": device}, indent=1) + "\n")
     if (out / "command.txt").exists():  # the page names its own variant's command; the top file is the latest
         (vdir / "command.txt").write_text((out / "command.txt").read_text())
     prepare_games(out, variant)
     if not (vdir / "random_policy.json").exists():
         rp = random_policy(out, variant)
         echo(f"{variant}: a uniform random policy wins {rp['success']:.1%} of {rp['episodes']} episodes")
-    echo(f"{variant}: {len(arms)} arms x {len(pretrains)} initial models x {len(seeds)} seeds, {updates} updates")
-    run_grid(jobs(out, variant, arms, pretrains, seeds, updates, device), vdir, parallel=parallel, echo=echo)
+    if chosen is None:
+        echo(f"{variant} sweep: {len(arms)} arms x {len(LRS)} learning rates x {len(SWEEP_SEEDS)} seeds on initial "
+             f"model {SWEEP_INIT}")
+        run_grid(sweep_jobs(out, variant, arms, updates, device), vdir, parallel=parallel, echo=echo)
+        chosen = an.choose_rates(sweep_scores(out, variant, arms))
+    chosen = {a: chosen[a] for a in arms}
+    (vdir / "chosen_lr.json").write_text(json.dumps(chosen, indent=1) + "\n")
+    (vdir / "grid.json").write_text(json.dumps({"arms": list(arms), "pretrains": list(pretrains), "seeds": list(seeds),
+                                                "updates": updates, "device": device, "lr": chosen}, indent=1) + "\n")
+    echo(f"{variant}: {len(arms)} arms x {len(pretrains)} initial models x {len(seeds)} seeds, {updates} updates; "
+         "learning rates " + ", ".join(f"{a} {lr:g}" for a, lr in chosen.items()))
+    run_grid(jobs(out, variant, arms, pretrains, seeds, updates, device, chosen), vdir, parallel=parallel, echo=echo)
+    return chosen
 
 
 # ----------------------------------------------------------------------------- scores of one run
@@ -211,13 +284,19 @@ def identical_pairs(runs: dict[tuple[int, str, int], list[dict]], a: str, b: str
 
 
 # ----------------------------------------------------------------------------- the page
-def _runs(vdir: Path, arms) -> dict[tuple[int, str, int], list[dict]]:
-    """(initial model, arm, seed) -> flat records of every run found under ``vdir`` (the repeat excluded)."""
+def rates(grid: dict) -> dict[str, float]:
+    """Each arm's learning rate in the main grid (``grid.json``; a study from before the sweep: the default)."""
+    return {a: grid.get("lr", {}).get(a, DEFAULT_LR) for a in grid["arms"]}
+
+
+def _runs(vdir: Path, chosen: dict[str, float]) -> dict[tuple[int, str, int], list[dict]]:
+    """(initial model, arm, seed) -> flat records of every main-grid run found under ``vdir``, each arm at its
+    ``chosen`` rate (the repeat and the sweep excluded)."""
 
     runs = {}
     for init_dir in sorted(vdir.glob("init*")):
-        for arm in arms:
-            for rd in sorted((init_dir / arm).glob(f"{ARM_CONFIG[arm][0]}-s*")):
+        for arm, lr in chosen.items():
+            for rd in sorted((init_dir / arm / f"lr{lr:g}").glob(f"{ARM_CONFIG[arm][0]}-s*")):
                 recs = read_metrics(rd)
                 if recs:
                     runs[(int(init_dir.name[4:]), arm, int(rd.name.rsplit("-s", 1)[1]))] = flat(recs)
@@ -229,17 +308,17 @@ def missing_runs(vdir: Path, grid: dict) -> list[str]:
 
     out = vdir.parent
     return ["/".join(j.key) for j in jobs(out, vdir.name, grid["arms"], grid["pretrains"], grid["seeds"],
-                                          grid["updates"])
+                                          grid["updates"], chosen=rates(grid))
             if updates_done(j.run_dir) < j.updates]
 
 
-def repeat_spread(vdir: Path, updates: int) -> tuple[float, int] | None:
+def repeat_spread(vdir: Path, updates: int, lr: float) -> tuple[float, int] | None:
     """(largest |difference| of held-out success between the repeat and its original, the first update
     where their training logs differ, -1 if never); None while either is unfinished."""
 
     p, arm, s = REPEAT
-    a = flat(read_metrics(run_dir(vdir.parent, vdir.name, p, arm, s)))
-    b = flat(read_metrics(vdir / "repeat" / f"init{p}" / arm / f"{ARM_CONFIG[arm][0]}-s{s}"))
+    a = flat(read_metrics(run_dir(vdir.parent, vdir.name, p, arm, s, lr)))
+    b = flat(read_metrics(run_dir(vdir.parent, vdir.name, p, arm, s, lr, base=vdir / "repeat" / f"init{p}")))
     if len(a) < updates or len(b) < updates:
         return None
     gap = max(abs(x.get("heldout_success_rate", 0.0) - y.get("heldout_success_rate", 0.0)) for x, y in zip(a, b))
@@ -261,8 +340,9 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     if missing and not partial:
         raise UsageError(f"{vdir}: {len(missing)} runs unfinished (first: {missing[0]}); re-run the study's "
                          "command to finish them before publishing")
-    arms = grid["arms"]
-    runs = {k: recs for k, recs in _runs(vdir, arms).items() if len(recs) >= grid["updates"]}  # a run in flight: not yet
+    arms, chosen = grid["arms"], rates(grid)
+    # a run still in flight is not on the page yet
+    runs = {k: recs for k, recs in _runs(vdir, chosen).items() if len(recs) >= grid["updates"]}
     if not runs:
         raise FileNotFoundError(f"{vdir}: no finished runs")
     # before writing: the stamp names the tree as it was, and the command that makes this page from the runs
@@ -281,8 +361,9 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     rand = (json.loads((vdir / "random_policy.json").read_text()) if (vdir / "random_policy.json").exists()
             else random_policy(out, variant))
     lines = _page(rows, grid, variant, task, command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}",
-                  read_timings(vdir), repeat_spread(vdir, grid["updates"]), len(missing), rand,
-                  identical_pairs(runs, "ccapo", BASELINE))
+                  read_timings(vdir), repeat_spread(vdir, grid["updates"], chosen[REPEAT[1]]) if REPEAT[1] in chosen
+                  else None, len(missing), rand, identical_pairs(runs, "ccapo", BASELINE),
+                  sweep_scores(out, variant, arms))
     (dest / "results.md").write_text("\n".join(lines) + "\n")
     arm_curves(runs, arms, [("heldout_success_rate", "held-out success (band: 10-90% of runs)", "success rate", 1),
                             ("mean_steps", "training episode length (5-update mean)", "commands per episode", 5)],
@@ -292,21 +373,22 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
                                 if (vdir / n).exists()],
                   dest / "runs.tar.gz")
     extra = {"study_command": command, "variant": variant, "elapsed_s": elapsed_s(read_timings(vdir)),
-             "study_dir_layout": f"{variant}/init<I>/<arm>/<trainer arm>-s<S>/metrics.jsonl"}
+             "study_dir_layout": f"{variant}/init<I>/<arm>/lr<L>/<trainer arm>-s<S>/metrics.jsonl", "lr": chosen}
     (dest / "provenance.json").write_text(json.dumps({**facts, **extra}, indent=1) + "\n")
     return f"wrote {dest / 'results.md'} ({len(rows)} runs)"
 
 
 def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, timings: list[dict],
-          repeat: tuple[float, int] | None, n_missing: int, rand: dict, same: tuple[int, int]) -> list[str]:
+          repeat: tuple[float, int] | None, n_missing: int, rand: dict, same: tuple[int, int],
+          sweep: an.Sweep) -> list[str]:
 
-    arms, base = grid["arms"], BASELINE
+    arms, base, chosen = grid["arms"], BASELINE, rates(grid)
     scores = {key: {(r["initial_model"], r["arm"], r["seed"]): r[key] for r in rows}
               for key in ("heldout", "heldout_mean", "heldout_final", "train_steps")}
     pts = sorted({r["initial_model"] for r in rows})
     seeds = sorted({r["seed"] for r in rows})
     title = {"single": "single-room games", "multiroom": "six-room games"}[variant] + \
-        f" ({task['max_steps']}-command horizon)"
+        f" ({task['max_steps']}-command horizon)" + (", each arm at its best learning rate" if sweep else "")
     lines = [f"# CCAPO v4.1 on TextWorld, {title}: CCAPO, GRPO and GiGPO, paired over seeds and initial models", "",
              "```", command, "```", ""]
     if n_missing:
@@ -337,10 +419,12 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
               f"- **Task.** `tw-cooking --recipe 1 --take 1 --go {task.get('go', 1)}`, at most {task['max_steps']} "
               f"commands per episode; 12 training games, {EVAL['heldout_games']} held-out games, "
               f"{EVAL['heldout_games'] * EVAL['eval_episodes']} held-out episodes every {EVAL['eval_every']} updates. "
-              "Everything else is the trainer's `Config` default. TextWorld's own walkthroughs of training games "
+              "Everything else, the learning rate aside, is the trainer's `Config` default. "
+              "TextWorld's own walkthroughs of training games "
               f"0-{rand['games'] - 1} take {_span(rand['walkthrough_steps'])} commands; "
               f"a uniform random policy over the same choices wins {rand['success']:.1%} of {rand['episodes']} "
               f"episodes on them within {rand['max_steps']} commands (the cold start every arm begins from).",
+              *lr_lines(sweep, chosen, variant),
               "- **Score of a run.** Held-out success, the **median over the evaluations in the last 20% of the "
               "updates** (the claims' metric), and the mean over all evaluations (the area under the held-out curve). "
               "The final evaluation is shown, never used for a claim.",
@@ -348,8 +432,9 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
               f"each ({an.BOOTSTRAP:,} replicates). **Claims** are generated from the paired intervals: \"beats\" only "
               "when the interval excludes 0.", "",
               "## Results", "",
-              "| arm | runs | held-out success, last 20% (mean, 95% CI) | mean over evaluations (95% CI) | "
-              "final evaluation (mean) | collapsed runs |", "|---|---|---|---|---|---|"]
+              *sweep_section(sweep, chosen),
+              "| arm | lr | runs | held-out success, last 20% (mean, 95% CI) | mean over evaluations (95% CI) | "
+              "final evaluation (mean) | collapsed runs |", "|---|---|---|---|---|---|---|"]
     for arm in arms:
         mine = [r for r in rows if r["arm"] == arm]
         cells = []
@@ -357,7 +442,7 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
             m, lo, hi = an.paired_bootstrap(an.by_model(scores[key], arm))
             cells.append(f"{m:.3f} [{lo:.3f}, {hi:.3f}]")
         final = [r["heldout_final"] for r in mine if not math.isnan(r["heldout_final"])]
-        lines.append(f"| `{arm}` | {len(mine)} | {cells[0]} | {cells[1]} | "
+        lines.append(f"| `{arm}` | {chosen[arm]:g} | {len(mine)} | {cells[0]} | {cells[1]} | "
                      f"{sum(final) / len(final) if final else math.nan:.3f} | "
                      f"{sum(r['collapsed'] for r in mine)} of {len(mine)} |")
     lines += ["", "![held-out success and episode length per arm](curves.png)", "",

@@ -13,7 +13,6 @@ Layout: ``DIR/pt<P>/lr<L>/<arm>/seed<S>/metrics.jsonl`` with each root's initial
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from reference_impl.isreshape.lm.trainer import LmConfig, init_path
@@ -52,18 +51,15 @@ def job(out: Path, arm: str, pretrain: int, lr: float, seed: int, updates: int =
                run_dir=r / arm / f"seed{seed}", updates=updates)
 
 
+def sweep_scores(out: Path, arms, lrs, pretrain: int, seeds, key: str = "heldout_acc") -> an.Sweep:
+    """Each sweep run's windowed ``key``, by arm and learning rate (rates never run left out)."""
+    return {arm: {lr: [windowed(read_metrics(root(out, pretrain, lr) / arm / f"seed{s}"), key) for s in seeds]
+                  for lr in lrs if root(out, pretrain, lr).exists()} for arm in arms}
+
+
 def choose_lr(out: Path, arms, lrs, pretrain: int, seeds, key: str = "heldout_acc") -> dict[str, float]:
     """Per arm, the learning rate with the best mean windowed ``key`` over the sweep's runs (ties: the smaller rate)."""
-
-    chosen = {}
-    for arm in arms:
-        scores = {}
-        for lr in lrs:
-            vals = [windowed(read_metrics(root(out, pretrain, lr) / arm / f"seed{s}"), key) for s in seeds]
-            vals = [v for v in vals if not math.isnan(v)]
-            scores[lr] = sum(vals) / len(vals) if vals else -math.inf
-        chosen[arm] = max(sorted(lrs), key=lambda lr: scores[lr])
-    return chosen
+    return an.choose_rates(sweep_scores(out, arms, lrs, pretrain, seeds, key))
 
 
 def prepare_inits(out: Path, pairs, variant: str = "tiny") -> None:
@@ -123,19 +119,8 @@ def _runs(out: Path, chosen: dict[str, float]) -> dict[tuple[int, str, int], lis
 
 
 def _sweep_table(out: Path, arms) -> list[str]:
-
-    lrs = [lr for lr in LRS if root(out, SWEEP_PRETRAIN, lr).exists()]
-    if not lrs:
-        return []
-    rows = ["| arm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
-    for arm in arms:
-        cells = []
-        for lr in lrs:
-            v = [windowed(read_metrics(root(out, SWEEP_PRETRAIN, lr) / arm / f"seed{s}"), "heldout_acc") for s in SWEEP_SEEDS]
-            v = [x for x in v if x == x]
-            cells.append(f"{sum(v) / len(v):.3f}" if v else "–")
-        rows.append(f"| `{arm}` | " + " | ".join(cells) + " |")
-    return rows
+    scores = sweep_scores(out, arms, LRS, SWEEP_PRETRAIN, SWEEP_SEEDS)
+    return an.sweep_table(scores) if any(scores.values()) else []
 
 
 def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
@@ -223,7 +208,7 @@ def publish(out: Path, dest: Path, updates: int = UPDATES) -> str:
               "otherwise the page says the study cannot tell the two apart.", ""]
     sweep = _sweep_table(out, arms)
     if sweep:
-        edge = [a for a in arms if chosen[a] in (min(LRS), max(LRS))]
+        edge = an.at_edge({a: chosen[a] for a in arms}, LRS)
         lines += ["## Learning rate, chosen per arm", "",
                   f"Each arm ran at every rate on a separate initial model (pre-train seed {SWEEP_PRETRAIN}, seeds "
                   f"{', '.join(map(str, SWEEP_SEEDS))}); the rate with the best windowed held-out accuracy was kept. "

@@ -71,11 +71,11 @@ def run(args, argv: list[str]) -> int:
     bad = ([f"--parallel {args.parallel} must be at least 1"] if args.parallel < 1 else []) + \
           ([f"--variant {variant}: choose from {', '.join(mod.VARIANTS)}"] if variant not in mod.VARIANTS else []) + \
           ([f"--lr-from: the {args.name} study has no learning-rate sweep"]
-           if args.lr_from and not hasattr(mod, "choose_lr") else [])
+           if args.lr_from and not hasattr(mod, "LRS") else [])
     arms = tuple(a.strip() for a in args.arms.split(",") if a.strip()) if args.arms else mod.ARMS
     bad += [f"--arms: unknown arm {a!r} (choose from {', '.join(mod.ARMS)})" for a in arms if a not in mod.ARMS]
     chosen = None
-    if args.lr_from and hasattr(mod, "choose_lr"):
+    if args.lr_from and hasattr(mod, "LRS"):
         try:
             chosen = json.loads(Path(args.lr_from).read_text())
         except (OSError, ValueError) as e:
