@@ -8,7 +8,7 @@ DEFAULT_TIMEOUT = 120.0  # seconds a test may spend inside the implementation
 # Operations that hung a test process so deeply that the audit killed it (set by the runner for the process it
 # starts next): every later call of one fails at once, so one such hang costs one test budget, not one per clause.
 KILLED_OPS_VAR = "RLCONFORM_KILLED_OPS"
-PROFILES = ("ci", "release", "mutant")
+PROFILES = ("ci", "release", "mutant", "smoke")
 # (namespaced name, short alias, argparse keywords)
 OPTIONS = (
     ("impl", True, dict(default=None, help="implementation factory 'module:factory' (default: the bundled "
@@ -17,7 +17,8 @@ OPTIONS = (
                                                 "CUDA device simulated on the CPU) (default: cpu; env RLCONFORM_DEVICE)")),
     ("profile", True, dict(default=None, choices=PROFILES,
                            help="hypothesis profile: ci (derandomised, fast), release (more examples), "
-                                "mutant (ci without shrinking); env RLCONFORM_PROFILE")),
+                                "mutant (ci without shrinking), smoke (ci with 5 examples: every input structure, "
+                                "few values); env RLCONFORM_PROFILE")),
     ("clauses", True, dict(default=None, help="comma-separated clause ids: run only their tests")),
     ("families", True, dict(default=None, help="comma-separated families: run only their clauses' tests")),
     ("expectations", True, dict(default=None, help="YAML of known failures (see the README)")),

@@ -199,9 +199,10 @@ def gpu_only():
 @pytest.mark.parametrize("family", contract.FAMILIES)  # one audit each: xdist spreads them over its workers
 def test_gpu_only_code_is_audited_on_the_simulated_device(family):
     """Every input the suite hands a GPU-only implementation is on the device, so it gets the reference's
-    verdict: every clause passes (none errors on a host input the suite built by mistake)."""
+    verdict: every clause passes (none errors on a host input the suite built by mistake). Where inputs are
+    built is a matter of structure, not of values: the smoke profile."""
     report = clause_report(run_suite("conformance_tests.meta.test_device:gpu_only", device=simdevice.NAME,
-                                     profile="mutant", families=[family]))
+                                     profile="smoke", families=[family]))
     assert report["clauses"] and {c["family"] for c in report["clauses"]} == {family}
     bad = {c["id"]: c.get("message", "") for c in report["clauses"] if c["status"] not in ("pass", "not_applicable")}
     assert not bad, bad

@@ -282,6 +282,8 @@ def test_only_the_release_profile_explains_a_failure():
     ci, release = settings.get_profile("rlconform-ci"), settings.get_profile("rlconform-release")
     assert Phase.explain not in ci.phases and Phase.shrink in ci.phases and ci.derandomize
     assert Phase.explain in release.phases and not release.derandomize and release.max_examples == 300
+    smoke = settings.get_profile("rlconform-smoke")  # ci with fewer examples, never another kind of run
+    assert smoke.max_examples == 5 and smoke.derandomize and smoke.phases == ci.phases
 
 
 _NEW_MODULES = """
