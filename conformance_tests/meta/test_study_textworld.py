@@ -256,13 +256,15 @@ def test_the_study_runs_each_arm_at_the_rate_its_sweep_chose(tmp_path, monkeypat
 
 def test_the_page_shows_the_sweep_and_each_arms_rate(tmp_path, fast_bootstrap):
     out = tmp_path / "s"
-    _study(out, lr=1e-2)  # the main grid at the rate the sweep below chose
+    top = max(st.LRS)
+    _study(out, lr=top)  # the main grid at the rate the sweep below chose
     for j in st.sweep_jobs(out, "single", st.ARMS, UPDATES):
         _write_run(j.run_dir, UPDATES, lambda u, v=0.5 + float(_opt(j.argv, "--lr")): v)  # the largest rate best
     st.publish(out, tmp_path / "page")
     page = (tmp_path / "page" / "results.md").read_text()
     assert "each arm at its best learning rate" in page.splitlines()[0]
-    assert "| `ccapo` | 0.501 | 0.503 | 0.510 |" in page and "| `ccapo` | 0.01 | 15 |" in page
+    assert "| `ccapo` | " + " | ".join(f"{0.5 + lr:.3f}" for lr in st.LRS) + " |" in page
+    assert f"| `ccapo` | {top:g} | 15 |" in page
     assert "`gigpo-w1`, `ccapo`" not in page and "is at an edge of the grid" in page
     assert "the two logs are identical" in page  # the repeat found at its arm's rate
 

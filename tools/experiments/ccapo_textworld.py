@@ -51,7 +51,7 @@ BASELINE = "grpo"  # CCAPO with beta = 0: the same code without the micro stream
 ARM_CONFIG = {"ccapo": ("ccapo", {}), "grpo": ("grpo", {}),
               "gigpo-w0.5": ("gigpo", {"gigpo_omega": 0.5}), "gigpo-w1": ("gigpo", {"gigpo_omega": 1.0})}
 PRETRAIN_SEEDS, SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)  # initial models (init_seed) x RL seeds
-LRS = (1e-3, 3e-3, 1e-2)  # around the trainer's default; a best rate at an edge of the grid calls for a wider one
+LRS = (1e-3, 3e-3, 1e-2, 3e-2)  # around the trainer's default (3e-3); a best rate at an edge calls for a wider grid
 SWEEP_INIT, SWEEP_SEEDS = 100, (0, 1)  # the sweep's own initial model and seeds
 DEFAULT_LR = Config.lr  # the rate of a study that recorded none (studies from before the sweep)
 REPEAT = (0, "ccapo", 0)  # (initial model, arm, seed) run a second time to measure the run-to-run spread
