@@ -2,6 +2,8 @@
 the raw numbers, including the target's verdict."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.meta
@@ -120,16 +122,30 @@ def test_the_side_by_side_bench_interleaves_the_checkouts_and_divides_the_median
     base = tmp_path / "base"
     (base / "conformance_tests").mkdir(parents=True)
     walls = {bench.ROOT: iter([330.0, 300.0, 310.0]), base.resolve(): iter([250.0, 240.0, 260.0])}
-    order = []
+    order, caches = [], []
 
-    def fake_run(device, root, python):
+    def fake_run(device, root, python, cache):
         order.append(root)
+        caches.append(cache)
         return {"wall_s": next(walls[root]), "exit_code": 0, "tests": 10, "failed": 0, "by_file": {"test_a.py": 1.0}}
 
     monkeypatch.setattr(bench, "one_run", fake_run)
     res = bench.main(["--runs", "3", "--baseline", str(base), "--json", str(tmp_path / "out.json")])
     assert order == [bench.ROOT, base.resolve()] * 3  # one of each in turn
+    assert caches[0::2] == [caches[0]] * 3 and caches[1::2] == [caches[1]] * 3 and caches[0] != caches[1]
+    assert Path.home() not in caches[0].parents  # each checkout its own cache across its runs, not the machine's
     assert (res["wall_s"], res["baseline"]["wall_s"]) == (310.0, 250.0)  # the medians
     assert res["ratio_to_baseline"] == 310.0 / 250.0 and res["baseline"]["wall_s_all"] == [240.0, 250.0, 260.0]
     with pytest.raises(SystemExit):  # a directory that is no checkout of the project
         bench.main(["--baseline", str(tmp_path)])
+
+
+def test_a_failed_test_is_named_with_its_module(tmp_path):
+    from tools.benchmarks.bench_suite_time import per_file_seconds
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite><testcase classname="conformance_tests.meta.test_a" name="t1" time="2"/>'
+                     '<testcase classname="conformance_tests.meta.test_a" name="t2" time="1"><failure/></testcase>'
+                     '<testcase classname="conformance_tests.test_b" name="t3" time="0.5"><error/></testcase>'
+                     '</testsuite></testsuites>')
+    assert per_file_seconds(junit) == ({"test_a.py": 3.0, "test_b.py": 0.5}, 3, ["test_a.py::t2", "test_b.py::t3"])

@@ -7,6 +7,10 @@ reports the median with the fastest and slowest run. ``--baseline CHECKOUT`` (e.
 an older commit, installed in its own environment: ``--baseline-python``) runs that checkout's suite
 between this one's runs, so both see the same machine, and reports the ratio of the medians.
 
+Each contender has a cache directory of its own (``XDG_CACHE_HOME``), kept across its runs and never the
+machine's: its first run is a fresh checkout's, the later ones a developer's repeat runs, so a checkout that
+caches work between runs gets that benefit in the median of three, as its users do.
+
 Run: ``python -m tools.benchmarks.bench_suite_time [--device cpu] [--runs 3] [--baseline DIR
 [--baseline-python PY]]``
 """
@@ -26,25 +30,27 @@ from tools.benchmarks import _common as C
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def per_file_seconds(junit: Path) -> tuple[dict[str, float], int, int]:
-    """Worker seconds per test file (setup + call + teardown), the number of tests, and of failures."""
+def per_file_seconds(junit: Path) -> tuple[dict[str, float], int, list[str]]:
+    """Worker seconds per test file (setup + call + teardown), the number of tests, and the failed tests
+    (``module::name``): a slow run with failures is not a time of the suite."""
     by_file: collections.Counter = collections.Counter()
-    tests = failed = 0
+    tests, failed = 0, []
     for case in ET.parse(junit).getroot().iter("testcase"):
         tests += 1
-        failed += any(child.tag in ("failure", "error") for child in case)
         parts = case.get("classname", "?").split(".")  # package.test_module[.TestClass]
         module = next((p for p in parts if p.startswith("test_")), parts[-1])
+        if any(child.tag in ("failure", "error") for child in case):
+            failed.append(f"{module}.py::{case.get('name')}")
         by_file[module + ".py"] += float(case.get("time") or 0)
     return dict(by_file), tests, failed
 
 
-def one_run(device: str, root: Path = ROOT, python: str = sys.executable) -> dict:
-    """One run of the README's test command in ``root``: wall time, tests, failures, worker seconds per file."""
+def one_run(device: str, root: Path = ROOT, python: str = sys.executable, cache: Path | None = None) -> dict:
+    """One run of the README's test command in ``root`` with ``cache`` as its XDG cache (default: a fresh
+    one): wall time, tests, failed tests, worker seconds per file."""
     with tempfile.TemporaryDirectory() as tmp:
-        # as a fresh checkout runs it: no collection cached by earlier runs (XDG_CACHE_HOME), site tests in
-        env = dict(os.environ, RLCONFORM_PROFILE="ci", RLCONFORM_DEVICE=device, XDG_CACHE_HOME=tmp,
-                   RLCONFORM_SITE_TESTS="1")
+        env = dict(os.environ, RLCONFORM_PROFILE="ci", RLCONFORM_DEVICE=device, XDG_CACHE_HOME=str(cache or tmp),
+                   RLCONFORM_SITE_TESTS="1")  # site tests in
         junit = Path(tmp) / "junit.xml"
         t0 = time.perf_counter()
         proc = subprocess.run([python, "-m", "pytest", "conformance_tests", "-q", "-n", "auto",
@@ -55,7 +61,8 @@ def one_run(device: str, root: Path = ROOT, python: str = sys.executable) -> dic
             sys.exit(f"the suite in {root} did not run (exit {proc.returncode}):\n"
                      f"{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
         by_file, tests, failed = per_file_seconds(junit)
-    return {"wall_s": wall, "exit_code": proc.returncode, "tests": tests, "failed": failed, "by_file": by_file}
+    return {"wall_s": wall, "exit_code": proc.returncode, "tests": tests, "failed": len(failed),
+            "failed_tests": failed, "by_file": by_file}
 
 
 def commit(root: Path) -> str | None:
@@ -70,6 +77,7 @@ def summary(runs: list[dict]) -> dict:
     return {"wall_s": median["wall_s"], "runs": len(runs), "wall_s_all": sorted(round(r["wall_s"], 1) for r in runs),
             "exit_code": max(r["exit_code"] for r in runs), "tests": median["tests"],
             "failed": max(r["failed"] for r in runs), "worker_s": sum(median["by_file"].values()),
+            "failed_tests": sorted({t for r in runs for t in r.get("failed_tests", [])}),
             "slowest_files": [{"file": f, "worker_s": round(s, 1)} for f, s in top]}
 
 
@@ -89,12 +97,14 @@ def main(argv=None) -> dict:
     if args.baseline is not None:
         contenders["baseline"] = (args.baseline.resolve(), args.baseline_python)
     runs: dict[str, list[dict]] = {name: [] for name in contenders}
-    for k in range(args.runs):
-        for name, (root, python) in contenders.items():  # interleaved: both see the same minutes of the machine
-            runs[name].append(one_run(args.device, root, python))
-            r = runs[name][-1]
-            print(f"run {k + 1}/{args.runs} ({name}, {root}): {r['wall_s']:.0f} s wall, {r['tests']} tests, "
-                  f"{r['failed']} failed", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-suite-cache-") as caches:
+        for k in range(args.runs):
+            for name, (root, python) in contenders.items():  # interleaved: both see the same minutes of the machine
+                runs[name].append(one_run(args.device, root, python, cache=Path(caches) / name))
+                r = runs[name][-1]
+                print(f"run {k + 1}/{args.runs} ({name}, {root}): {r['wall_s']:.0f} s wall, {r['tests']} tests, "
+                      f"{r['failed']} failed" + (f": {', '.join(r['failed_tests'])}" if r["failed"] else ""),
+                      flush=True)
     res = {"benchmark": "suite_time", "device": args.device, "workers": os.cpu_count(), "commit": commit(ROOT),
            **summary(runs["this"])}
     if args.baseline is not None:
