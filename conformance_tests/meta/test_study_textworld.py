@@ -265,6 +265,7 @@ def test_the_page_shows_the_sweep_and_each_arms_rate(tmp_path, fast_bootstrap):
     assert "each arm at its best learning rate" in page.splitlines()[0]
     assert "| `ccapo` | " + " | ".join(f"{0.5 + lr:.3f}" for lr in st.LRS) + " |" in page
     assert f"| `ccapo` | {top:g} | 15 |" in page
+    assert "The runs of one cell differ by up to 0.000" in page  # the fake sweep's two seeds agree
     assert "`gigpo-w1`, `ccapo`" not in page and "is at an edge of the grid" in page
     assert "the two logs are identical" in page  # the repeat found at its arm's rate
 

@@ -52,7 +52,7 @@ ARM_CONFIG = {"ccapo": ("ccapo", {}), "grpo": ("grpo", {}),
               "gigpo-w0.5": ("gigpo", {"gigpo_omega": 0.5}), "gigpo-w1": ("gigpo", {"gigpo_omega": 1.0})}
 PRETRAIN_SEEDS, SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)  # initial models (init_seed) x RL seeds
 LRS = (1e-3, 3e-3, 1e-2, 3e-2)  # around the trainer's default (3e-3); a best rate at an edge calls for a wider grid
-SWEEP_INIT, SWEEP_SEEDS = 100, (0, 1)  # the sweep's own initial model and seeds
+SWEEP_INIT, SWEEP_SEEDS = 100, (0, 1, 2, 3)  # its own initial model and seeds; the outcome of a run is near 0 or 1
 DEFAULT_LR = Config.lr  # the rate of a study that recorded none (studies from before the sweep)
 REPEAT = (0, "ccapo", 0)  # (initial model, arm, seed) run a second time to measure the run-to-run spread
 # evaluation every 5 updates, so the last 20% of a 50-update run holds two held-out evaluations (64 episodes)
@@ -110,8 +110,13 @@ def sweep_section(sweep: an.Sweep, chosen: dict[str, float]) -> list[str]:
     if not sweep:
         return []
     edge = an.at_edge(chosen, LRS)
+    cells = [[x for x in v if not math.isnan(x)] for by_lr in sweep.values() for v in by_lr.values()]
+    gaps = [max(v) - min(v) for v in cells if len(v) > 1]
     return ["Learning-rate sweep: held-out success (last 20%), mean over the sweep's runs:", "",
             *an.sweep_table(sweep), "",
+            *([f"The runs of one cell differ by up to {max(gaps):.3f} (median {sorted(gaps)[len(gaps) // 2]:.3f}): "
+               "with this few runs per cell the choice is coarse, and the main grid's intervals, not the sweep, "
+               "carry the comparison.", ""] if gaps else []),
             "Chosen: " + ", ".join(f"`{a}` {lr:g}" for a, lr in chosen.items()) + "."
             + (f" The rate of {', '.join(f'`{a}`' for a in edge)} is at an edge of the grid, so a wider grid could "
                "still move it." if edge else ""), ""]
