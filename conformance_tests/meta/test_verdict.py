@@ -319,12 +319,18 @@ def test_an_operation_killed_for_hanging_is_never_called_again_in_later_processe
     assert any("sac.td_target is not called again: it hung an earlier test" in m for m in msgs), msgs
 
 
+def _as_from_a_terminal() -> None:
+    """A child's SIGINT at its default, as a shell starts a foreground command. A suite started in the background
+    (``cmd &``, nohup) hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_reports_what_ran_and_exits_4(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "rlconform.cli", "audit", "--family", "isreshape", "--out",
                              str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
     for line in proc.stderr:  # wait until the suite is really running: a progress line "  [n/N] file: ..."
         if re.match(r"\s*\[\d+/\d+\] ", line):
             break
@@ -894,7 +900,7 @@ def test_a_stopped_audit_writes_its_partial_report_and_stops_its_child(tmp_path,
     NOT RUN), exit 4, and no pytest child left running on to the end."""
     script = Path(sys.executable).parent / "rlconform"
     proc = subprocess.Popen([str(script), "audit", "--family", "ppo", "--out", str(tmp_path / "o")], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_terminal)
     log = tmp_path / "o" / "pytest.log"
     for line in proc.stderr:  # the first test file done: stop it there
         if "failing so far" in line:

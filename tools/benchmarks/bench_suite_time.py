@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,9 +54,12 @@ def one_run(device: str, root: Path = ROOT, python: str = sys.executable, cache:
                    RLCONFORM_SITE_TESTS="1")  # site tests in
         junit = Path(tmp) / "junit.xml"
         t0 = time.perf_counter()
+        # SIGINT at its default, as from a terminal: a bench started in the background (nohup, ``&``) would hand
+        # the suite SIGINT ignored, and its Ctrl-C tests would fail and time the wrong thing
         proc = subprocess.run([python, "-m", "pytest", "conformance_tests", "-q", "-n", "auto",
                                "-p", "no:cacheprovider", f"--junitxml={junit}"], cwd=root, env=env,
-                              capture_output=True, text=True)
+                              capture_output=True, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         wall = time.perf_counter() - t0
         if not junit.exists():
             sys.exit(f"the suite in {root} did not run (exit {proc.returncode}):\n"
