@@ -276,3 +276,20 @@ def test_a_study_from_before_the_sweep_reads_as_every_arm_at_the_default_rate(tm
     page = (tmp_path / "page" / "results.md").read_text()
     assert "No sweep in this study: every arm at 0.003 (the trainer's default)." in page
     assert "| `grpo` | 0.003 | 15 |" in page and "Learning-rate sweep" not in page
+
+
+def test_a_sweep_run_that_did_not_finish_stops_the_study_before_a_rate_is_chosen(tmp_path, monkeypatch, capsys):
+    from tools.experiments.study import main
+
+    def crashed_grid(grid, where, **kw):  # every sweep run but the last finishes; that one dies at update 3
+        for j in grid:
+            _write_run(j.run_dir, 10 if j is not grid[-1] else 3, lambda u: 0.5)
+
+    monkeypatch.setattr(st, "run_grid", crashed_grid)
+    monkeypatch.setattr(st, "prepare_games", lambda out, variant: None)
+    (tmp_path / "single").mkdir()
+    (tmp_path / "single" / "random_policy.json").write_text("{}")
+    assert main(["study", "ccapo-textworld", "--out", str(tmp_path), "--updates", "10", "--arms", "ccapo"]) == 1
+    err = capsys.readouterr().err
+    assert "1 runs of the sweep did not finish (first: single/sweep/init100/ccapo/lr0.03/seed3" in err
+    assert not (tmp_path / "single" / "grid.json").exists() and not (tmp_path / "single" / "chosen_lr.json").exists()

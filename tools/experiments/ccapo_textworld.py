@@ -38,6 +38,7 @@ from tools.experiments.grid import (
     elapsed_s,
     flags,
     read_timings,
+    require_finished,
     run_grid,
     updates_done,
     write_archive,
@@ -239,7 +240,9 @@ def run(out: Path, *, parallel: int, updates: int | None = None, device: str = "
     if chosen is None:
         echo(f"{variant} sweep: {len(arms)} arms x {len(LRS)} learning rates x {len(SWEEP_SEEDS)} seeds on initial "
              f"model {SWEEP_INIT}")
-        run_grid(sweep_jobs(out, variant, arms, updates, device), vdir, parallel=parallel, echo=echo)
+        sweep = sweep_jobs(out, variant, arms, updates, device)
+        run_grid(sweep, vdir, parallel=parallel, echo=echo)
+        require_finished(sweep, "sweep")  # a rate is never chosen from part of its runs
         chosen = an.choose_rates(sweep_scores(out, variant, arms))
     chosen = {a: chosen[a] for a in arms}
     (vdir / "chosen_lr.json").write_text(json.dumps(chosen, indent=1) + "\n")

@@ -58,10 +58,26 @@ def _run(job: Job, threads: int, log_dir: Path) -> dict:
             "updates": updates_done(job.run_dir)}
 
 
+class Unfinished(RuntimeError):
+    """Runs a later phase depends on did not finish (a crash, a kill): re-running the study continues them."""
+
+
+def unfinished(jobs: list[Job]) -> list[Job]:
+    return [j for j in jobs if updates_done(j.run_dir) < j.updates]
+
+
+def require_finished(jobs: list[Job], what: str) -> None:
+    """Raise :class:`Unfinished` naming the first of ``jobs`` that has not logged all its updates."""
+    left = unfinished(jobs)
+    if left:
+        raise Unfinished(f"{len(left)} runs of the {what} did not finish (first: {'/'.join(map(str, left[0].key))}, "
+                         "log in logs/); re-run the study's command to continue them")
+
+
 def run_grid(jobs: list[Job], out: Path, *, parallel: int, threads: int = 1, echo=print) -> list[dict]:
     """Run the unfinished ``jobs``, ``parallel`` at a time; return one record per run that ran."""
     out = Path(out)
-    todo = [j for j in jobs if updates_done(j.run_dir) < j.updates]
+    todo = unfinished(jobs)
     echo(f"{len(jobs) - len(todo)} of {len(jobs)} runs already done; {len(todo)} to run, {parallel} at a time")
     records = []
     with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as ex, (out / "timings.jsonl").open("a") as tf:

@@ -20,7 +20,7 @@ from rlconform.provenance import stamp
 
 from tools.experiments import analysis as an
 from tools.experiments.analysis import read_metrics, windowed
-from tools.experiments.grid import Job, read_timings, run_grid, write_archive
+from tools.experiments.grid import Job, read_timings, require_finished, run_grid, write_archive
 from tools.experiments.grid import flags as _flags
 from tools.experiments.plots import arm_curves
 from tools.experiments.study import PROG
@@ -88,8 +88,9 @@ def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu"
         prepare_inits(out, [(SWEEP_PRETRAIN, lr) for lr in LRS], variant)
         echo(f"sweep: {len(arms)} arms x {len(LRS)} learning rates x {len(SWEEP_SEEDS)} seeds on initial model "
              f"{SWEEP_PRETRAIN}")
-        run_grid([job(out, a, SWEEP_PRETRAIN, lr, s, updates, **kw) for lr in LRS for s in SWEEP_SEEDS for a in arms],
-                 out, parallel=parallel, echo=echo)
+        sweep = [job(out, a, SWEEP_PRETRAIN, lr, s, updates, **kw) for lr in LRS for s in SWEEP_SEEDS for a in arms]
+        run_grid(sweep, out, parallel=parallel, echo=echo)
+        require_finished(sweep, "sweep")  # a rate is never chosen from part of its runs
         chosen = choose_lr(out, arms, LRS, SWEEP_PRETRAIN, SWEEP_SEEDS)
     chosen = {a: chosen[a] for a in arms}
     (out / "chosen_lr.json").write_text(json.dumps(chosen, indent=1) + "\n")

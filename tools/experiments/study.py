@@ -12,6 +12,8 @@ from pathlib import Path
 
 from rlconform.cli._common import UsageError, writable_dir
 
+from tools.experiments.grid import Unfinished
+
 PROG = "python -m tools.experiments"
 # Results studies: ``python -m tools.experiments study NAME`` runs ``module.run`` then ``module.publish``.
 STUDIES = {"isreshape-lm": "tools.experiments.isreshape_lm", "ccapo-textworld": "tools.experiments.ccapo_textworld"}
@@ -19,14 +21,16 @@ STUDIES = {"isreshape-lm": "tools.experiments.isreshape_lm", "ccapo-textworld": 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="The experiments behind docs/results/ (run from the repository "
-                                "root). Exit codes: 0 done, 2 bad arguments or input files, 4 an internal error.")
+                                "root). Exit codes: 0 done, 1 runs left unfinished (re-run to continue), 2 bad "
+                                "arguments or input files, 4 an internal error.")
     sub = p.add_subparsers(dest="cmd", required=True)
     add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 done, 2 bad arguments or input files (nothing started), 4 an internal error."""
+    """Exit codes: 0 done, 1 runs left unfinished, 2 bad arguments or input files (nothing started), 4 an internal
+    error."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
@@ -34,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"{PROG} {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except Unfinished as e:
+        print(f"{PROG} {args.cmd}: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 4
