@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The GPU proof of issues 22 and 23, for a session lent a GPU: after `bash ../shared/gpu/prepare.sh`,
-# `cp tools/gpu_checks.sh .gpu/checks.sh`, then on the GPU machine `bash .gpu/run.sh` (it runs this with
-# $OUT set; about 400 s). Only a few files come back from $OUT: summary.txt as it goes, the rest in two
-# tarballs at the end.
+# The GPU proof of issues 22 and 23, for a session lent a GPU: after `bash tools/gpu_prepare.sh` (which
+# also copies this to .gpu/checks.sh), on the GPU machine `bash .gpu/run.sh` (it runs this with
+# $OUT set; about 450 s). Only a few files come back from $OUT: summary.txt as it goes, results.tgz re-packed
+# at every step, and audit-cuda.tgz after the audit.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 R=/tmp/gpu-results && rm -rf "$R" && mkdir -p "$R"
-say() { echo "=== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
+# each step re-packs the results so far: a run cut off at the call's time limit still brings them back
+say() { tar -czf "$OUT/results.tgz" -C /tmp gpu-results; echo "=== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 keep() { tee -a "$OUT/summary.txt"; }
 say "device: $(python3 -c 'import torch; print(torch.cuda.get_device_name(), "torch", torch.__version__)')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | keep
 
 say "1 the captured SAC update follows the eager one on CUDA; the fast paths against the plain formulas"
-timeout 90 python3 -m pytest -q -p no:cacheprovider conformance_tests/test_sac_graph.py \
-  conformance_tests/test_sac_fastpaths.py 2>&1 | tail -4 | keep
+timeout 90 python3 -m pytest -q -p no:cacheprovider conformance_tests/meta/test_sac_graph.py \
+  conformance_tests/meta/test_sac_fastpaths.py 2>&1 | tail -4 | keep
 
 say "2 SAC update at the V2 shape vs TorchRL (eager, captured; wall time and kernel launches)"
 timeout 150 python3 -m tools.benchmarks.bench_sac_update --device cuda --rounds 15 --json "$R/sac_update_cuda.json" 2>&1 \
@@ -43,5 +44,13 @@ timeout 120 python3 -m tools.benchmarks.bench_trainer_busy --json "$R/busy_isres
 timeout 120 python3 -m tools.benchmarks.bench_trainer_busy --json "$R/busy_sac_full.json" sac \
   --preset full --updates 120 --out /tmp/sac-busy --device cuda 2>&1 | tail -2 | keep
 
+say "7 GPU busy fraction: CCAPO TextWorld trainer (episodes/s; the games were compiled by gpu_prepare.sh)"
+if [ -f .gpu/data/twgames.tgz ]; then
+  tar -xzf .gpu/data/twgames.tgz -C /tmp
+  timeout 90 python3 -m tools.benchmarks.bench_trainer_busy --json "$R/busy_ccapo_textworld.json" ccapo-textworld \
+    --out /tmp/tw-busy --arms ccapo --updates 10 --games-dir /tmp/games --device cuda 2>&1 | tail -2 | keep
+else
+  echo "no .gpu/data/twgames.tgz: run tools/gpu_prepare.sh" | keep
+fi
+
 say "done"
-tar -czf "$OUT/results.tgz" -C /tmp gpu-results
