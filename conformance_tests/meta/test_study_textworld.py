@@ -128,15 +128,15 @@ def _write_run(run_dir: Path, n: int, heldout, *, collapsed: bool = False, kl_sp
     (run_dir / "config.json").write_text("{}")
 
 
-def _study(out: Path, lr: float = st.DEFAULT_LR) -> None:
+def _study(out: Path, lr: float = st.DEFAULT_LR, lift: float = 0.0) -> None:
     """ccapo 0.2 above grpo in every pair; gigpo-w0.5 +-0.1 alternating; gigpo-w1 0.1 below; one grpo run
-    collapsed, one KL spike at update 7; every arm at ``lr``."""
+    collapsed, one KL spike at update 7; every arm at ``lr``, every run ``lift`` higher."""
     shift = {"ccapo": lambda p, s: 0.2, "grpo": lambda p, s: 0.0,
              "gigpo-w0.5": lambda p, s: 0.1 * (-1) ** (s + p), "gigpo-w1": lambda p, s: -0.1}
     pretrains, seeds = (0, 1, 2), (0, 1, 2, 3, 4)
     for p in pretrains:
         for s in seeds:
-            base = 0.4 + 0.02 * s + 0.05 * p
+            base = 0.4 + 0.02 * s + 0.05 * p + lift
             for arm in st.ARMS:
                 _write_run(st.run_dir(out, "single", p, arm, s, lr), UPDATES, lambda u, v=base + shift[arm](p, s): v,
                            collapsed=(arm, p, s) == ("grpo", 1, 2), kl_spike_at=7 if (arm, p, s) == ("ccapo", 2, 3) else -1)
@@ -268,6 +268,23 @@ def test_the_page_shows_the_sweep_and_each_arms_rate(tmp_path, fast_bootstrap):
     assert "The runs of one cell differ by up to 0.000" in page  # the fake sweep's two seeds agree
     assert "`gigpo-w1`, `ccapo`" not in page and "is at an edge of the grid" in page
     assert "the two logs are identical" in page  # the repeat found at its arm's rate
+    assert "against the trainer's default" not in page  # the grid never ran at the default
+
+
+def test_the_page_compares_each_arms_chosen_rate_with_the_default_where_the_grid_ran_both(tmp_path, fast_bootstrap):
+    out, top = tmp_path / "s", max(st.LRS)
+    _study(out)  # the grid at the default, from before the sweep
+    _study(out, lr=top, lift=0.2)  # then at the chosen rate, every pair 0.2 higher; grid.json now names the rate
+    for j in st.sweep_jobs(out, "single", st.ARMS, UPDATES):
+        _write_run(j.run_dir, UPDATES, lambda u, v=0.5 + float(_opt(j.argv, "--lr")): v)
+    st.publish(out, tmp_path / "page")
+    section = (tmp_path / "page" / "results.md").read_text().split("## The chosen rates against the trainer's default")
+    assert len(section) == 2, "no section comparing the chosen rates with the default"
+    section = section[1].split("## ")[0]
+    assert "| `grpo` | 0.003 | 15 | " in section and "| 1 of 15 |" in section  # its collapsed run, at the default
+    for arm in st.ARMS:
+        assert f"`{arm} at {top:g}` beats `{arm} at 0.003` on held-out success (last 20%) (paired difference +0.200" \
+            in section
 
 
 def test_a_study_from_before_the_sweep_reads_as_every_arm_at_the_default_rate(tmp_path, fast_bootstrap):

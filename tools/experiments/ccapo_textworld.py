@@ -311,6 +311,41 @@ def _runs(vdir: Path, chosen: dict[str, float]) -> dict[tuple[int, str, int], li
     return runs
 
 
+METRIC = "held-out success (last 20%)"  # the claims' metric (run_scores' "heldout")
+
+
+def default_rate_lines(vdir: Path, chosen: dict[str, float], updates: int, max_steps: int) -> list[str]:
+    """Each tuned arm at its chosen rate against the same arm at the trainer's default, in pairs (same initial
+    model and seed), where the grid also ran at the default (a study from before the sweep); [] otherwise.
+    Whether the sweep's choice, made on another initial model, carries over is itself a finding."""
+    tuned = {a: lr for a, lr in chosen.items() if lr != DEFAULT_LR}
+
+    def finished(rates: dict[str, float]) -> dict:
+        return {k: r for k, r in _runs(vdir, rates).items() if len(r) >= updates}
+
+    old = finished(dict.fromkeys(tuned, DEFAULT_LR))
+    if not old:
+        return []
+    rows = {(p, f"{a}@{tag}", s): run_scores(recs, max_steps)
+            for tag, runs in (("default", old), ("chosen", finished(tuned))) for (p, a, s), recs in runs.items()}
+    held = {k: r["heldout"] for k, r in rows.items()}
+    lines = ["## The chosen rates against the trainer's default", "",
+             f"The same grid also ran at the trainer's default rate ({DEFAULT_LR:g}) before the sweep:", "",
+             "| arm | lr | runs | held-out success, last 20% (mean, 95% CI) | collapsed runs |",
+             "|---|---|---|---|---|"]
+    for arm in tuned:
+        mine = [r for (p, a, s), r in rows.items() if a == f"{arm}@default"]
+        if mine:
+            m, lo, hi = an.paired_bootstrap(an.by_model(held, f"{arm}@default"))
+            lines.append(f"| `{arm}` | {DEFAULT_LR:g} | {len(mine)} | {m:.3f} [{lo:.3f}, {hi:.3f}] | "
+                         f"{sum(r['collapsed'] for r in mine)} of {len(mine)} |")
+    lines += ["", "Each arm at its chosen rate against itself at the default, paired:", ""]
+    for arm, lr in tuned.items():
+        diffs = an.paired_differences(held, f"{arm}@chosen", f"{arm}@default")
+        lines.append(f"- {an.paired_claim(f'{arm} at {lr:g}', f'{arm} at {DEFAULT_LR:g}', METRIC, diffs)}.")
+    return lines + [""]
+
+
 def missing_runs(vdir: Path, grid: dict) -> list[str]:
     """The runs of ``grid`` (grid.json) that have not logged all their updates, repeat included."""
 
@@ -371,7 +406,8 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
     lines = _page(rows, grid, variant, task, command.replace(str(out), "DIR") + f" --publish {dest.as_posix()}",
                   read_timings(vdir), repeat_spread(vdir, grid["updates"], chosen[REPEAT[1]]) if REPEAT[1] in chosen
                   else None, len(missing), rand, identical_pairs(runs, "ccapo", BASELINE),
-                  sweep_scores(out, variant, arms))
+                  sweep_scores(out, variant, arms),
+                  default_rate_lines(vdir, chosen, grid["updates"], task["max_steps"]))
     (dest / "results.md").write_text("\n".join(lines) + "\n")
     arm_curves(runs, arms, [("heldout_success_rate", "held-out success (band: 10-90% of runs)", "success rate", 1),
                             ("mean_steps", "training episode length (5-update mean)", "commands per episode", 5)],
@@ -388,7 +424,7 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
 
 def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, timings: list[dict],
           repeat: tuple[float, int] | None, n_missing: int, rand: dict, same: tuple[int, int],
-          sweep: an.Sweep) -> list[str]:
+          sweep: an.Sweep, default_rate: list[str] = ()) -> list[str]:
 
     arms, base, chosen = grid["arms"], BASELINE, rates(grid)
     scores = {key: {(r["initial_model"], r["arm"], r["seed"]): r[key] for r in rows}
@@ -458,8 +494,7 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
     for arm in arms:
         if arm == base:
             continue
-        for key, label in (("heldout", "held-out success (last 20%)"), ("heldout_mean", "held-out success (mean "
-                                                                                         "over evaluations)")):
+        for key, label in (("heldout", METRIC), ("heldout_mean", "held-out success (mean over evaluations)")):
             lines.append(f"- {an.paired_claim(arm, base, label, an.paired_differences(scores[key], arm, base))}.")
     if same[1]:
         lines += ["", f"In {same[0]} of {same[1]} pairs the `ccapo` and `{base}` runs are identical, record for record. "
@@ -473,7 +508,7 @@ def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, 
         d = an.paired_differences(scores["heldout"], arm, base)
         lines.append(f"- `{arm}` − `{base}`: " + ", ".join(
             f"model {p}: {sum(v.values()) / len(v):+.3f}" if v else f"model {p}: –" for p, v in sorted(d.items())))
-    lines += ["", "## Collapsed runs and spikes", "",
+    lines += ["", *default_rate, "## Collapsed runs and spikes", "",
               f"A run counts as **collapsed** to the short-episode failure when, over its last 20% of updates, its "
               f"training episodes win at most {COLLAPSE_SUCCESS:.0%} of the time and last at most "
               f"{COLLAPSE_STEPS_SHARE:.0%} of the horizon ({COLLAPSE_STEPS_SHARE * task['max_steps']:g} commands): "
