@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fill .gpu/ for a session lent a GPU (run from the project root, then `bash .gpu/run.sh` there with .gpu
-# carried). On top of ../shared/gpu/prepare.sh: TextWorld and its pure-Python dependencies, pinned to the
-# versions a dev install resolves (newer TatSu breaks textworld 1.7; jericho 3.3 has no wheel on PyPI, so it
-# is built here: its libfrotz.so needs only glibc 2.22),
-# the default single-room games compiled here (the GPU machine then only plays them), and
-# tools/gpu_checks.sh as the checks.
+# carried). On top of ../shared/gpu/prepare.sh it adds:
+# - TextWorld and its pure-Python dependencies, pinned to the versions a dev install resolves (newer TatSu
+#   breaks textworld 1.7); jericho 3.3 has no wheel on PyPI, so it is built here (its libfrotz.so needs only
+#   glibc 2.22);
+# - the default single-room games, compiled here (the GPU machine then only plays them);
+# - tools/gpu_checks.sh as the checks.
 set -euo pipefail
 [ -f pyproject.toml ] || { echo "run me from the project root" >&2; exit 2; }
 python3 -c "import rlconform, textworld" 2>/dev/null \

@@ -99,7 +99,8 @@ def _cli_cases() -> list[tuple[str, list[str], list[str]]]:
             if mod == "pytest" or mod.startswith("pip"):
                 continue
             if mod == "tools.benchmarks.bench_trainer_busy":  # its flags, then a trainer and the trainer's
-                i = next(i for i, w in enumerate(argv) if not w.startswith("-") and not argv[i - 1].startswith("--"))
+                i = next(i for i, w in enumerate(argv)
+                         if not w.startswith("-") and (i == 0 or not argv[i - 1].startswith("--")))
                 cases.append((mod, [], flags(argv[:i])))
                 cases.append(("rlconform.cli", ["train", argv[i]], flags(argv[i + 1:])))
             elif mod == "rlconform.cli":

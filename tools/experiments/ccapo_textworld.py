@@ -424,7 +424,7 @@ def publish(out: Path, dest: Path, updates: int | None = None, variant: str = "s
 
 def _page(rows: list[dict], grid: dict, variant: str, task: dict, command: str, timings: list[dict],
           repeat: tuple[float, int] | None, n_missing: int, rand: dict, same: tuple[int, int],
-          sweep: an.Sweep, default_rate: list[str] = ()) -> list[str]:
+          sweep: an.Sweep, default_rate: list[str]) -> list[str]:
 
     arms, base, chosen = grid["arms"], BASELINE, rates(grid)
     scores = {key: {(r["initial_model"], r["arm"], r["seed"]): r[key] for r in rows}
