@@ -110,3 +110,98 @@ def test_too_few_pairs_make_no_claim():
     assert an.paired_claim("v4", "ppo", "accuracy", one).startswith("too few paired runs (1, fewer than 5)")
     five = {0: {s: 0.1 + 0.01 * s for s in range(5)}}
     assert an.paired_claim("v4", "ppo", "accuracy", five).startswith("`v4` beats `ppo`")
+
+
+def _finished(run_dir, n, **config):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"update": u}) + "\n" for u in range(n)))
+    (run_dir / "config.json").write_text(json.dumps({"config": config}))
+
+
+def test_a_study_travels_as_its_finished_runs_and_a_restore_merges_never_shortens(tmp_path):
+    from tools.experiments.grid import pack, read_archive, restore, write_archive
+
+    a = tmp_path / "a"
+    _finished(a / "pt0" / "lr0.001" / "v4" / "seed0", 10)
+    _finished(a / "pt0" / "lr0.001" / "v4" / "seed1", 4)  # in flight: without its checkpoint it could not resume
+    (a / "pt0" / "lr0.001" / "v4" / "seed0" / "model.pt").write_bytes(b"weights")
+    (a / "timings.jsonl").write_text('{"key": ["x"]}\n')
+    (a / "chosen_lr.json").write_text('{"v4": 0.001}')
+    assert pack(a, 10, tmp_path / "p.tgz") == 1
+    first = (tmp_path / "p.tgz").read_bytes()
+    assert pack(a, 10, tmp_path / "p.tgz") == 1 and (tmp_path / "p.tgz").read_bytes() == first  # byte-stable
+    assert sorted(map(str, read_archive(tmp_path / "p.tgz"))) == [
+        "chosen_lr.json", "pt0/lr0.001/v4/seed0/config.json", "pt0/lr0.001/v4/seed0/metrics.jsonl", "timings.jsonl"]
+
+    b = tmp_path / "b"
+    _finished(b / "pt0" / "lr0.001" / "v4" / "seed0", 3)  # a shorter copy here is replaced
+    _finished(b / "pt0" / "lr0.001" / "v4" / "seed2", 10)  # a run the archive lacks stays
+    (b / "timings.jsonl").write_text('{"key": ["y"]}\n{"key": ["x"]}\n')
+    (b / "chosen_lr.json").write_text('{"v4": 0.01}')
+    assert restore(tmp_path / "p.tgz", b, 10) == (1, 0)
+    assert updates_done(b / "pt0" / "lr0.001" / "v4" / "seed0") == 10
+    assert updates_done(b / "pt0" / "lr0.001" / "v4" / "seed2") == 10
+    assert (b / "timings.jsonl").read_text() == '{"key": ["y"]}\n{"key": ["x"]}\n'  # merged, no record twice
+    assert (b / "chosen_lr.json").read_text() == '{"v4": 0.01}'  # the study rewrites its own files
+    assert restore(tmp_path / "p.tgz", b, 10) == (0, 0)  # nothing new the second time
+
+    # a page's archive may hold an unfinished run: it is counted and left out
+    files = [a / "pt0" / "lr0.001" / "v4" / s / "metrics.jsonl" for s in ("seed0", "seed1")]
+    write_archive(a, files, tmp_path / "page.tgz")
+    assert restore(tmp_path / "page.tgz", tmp_path / "c", 10) == (1, 1)
+    assert not (tmp_path / "c" / "pt0" / "lr0.001" / "v4" / "seed1").exists()
+
+
+def test_an_archive_that_would_write_outside_the_study_is_refused_before_anything_is_unpacked(tmp_path, capsys):
+    import io
+    import tarfile
+
+    good = tmp_path / "good.tgz"
+    from tools.experiments.grid import pack
+
+    _finished(tmp_path / "src" / "pt0" / "lr0.001" / "v4" / "seed0", study.UPDATES)
+    pack(tmp_path / "src", study.UPDATES, good)
+    with tarfile.open(tmp_path / "evil.tgz", "w:gz") as tar:
+        info = tarfile.TarInfo("../escaped/metrics.jsonl")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    (tmp_path / "junk.tgz").write_bytes(b"not a tar")
+    out = tmp_path / "s"
+    for bad, why in (("evil.tgz", "would land outside the study directory"), ("junk.tgz", "not a study archive"),
+                     ("missing.tgz", "not a study archive")):
+        argv = ["study", "isreshape-lm", "--out", str(out), "--no-run", "--resume-from", str(good),
+                "--resume-from", str(tmp_path / bad)]
+        assert study_main(argv) == 2
+        assert why in capsys.readouterr().err
+        assert not out.exists() and not (tmp_path / "escaped").exists()  # the good archive was not unpacked either
+
+
+def test_resume_from_and_progress_carry_a_study_and_stay_out_of_its_command(tmp_path, monkeypatch, capsys):
+    from tools.experiments.grid import read_archive
+
+    n = study.UPDATES
+    _finished(tmp_path / "old" / "pt0" / "lr0.001" / "v4" / "seed0", n)
+    from tools.experiments.grid import pack
+
+    pack(tmp_path / "old", n, tmp_path / "page.tgz")
+    seen = {}
+
+    def run(out, progress=None, **kw):  # the archive's run is in place before the study runs; one more finishes
+        seen["restored"] = updates_done(out / "pt0" / "lr0.001" / "v4" / "seed0")
+        seen["progress"] = progress
+        _finished(out / "pt1" / "lr0.001" / "v4" / "seed0", n)
+
+    monkeypatch.setattr(study, "run", run)
+    out, prog = tmp_path / "s", tmp_path / "progress.tgz"
+    argv = ["study", "isreshape-lm", "--out", str(out), "--resume-from", str(tmp_path / "page.tgz"),
+            f"--progress={prog}", "--parallel", "1"]
+    assert study_main(argv) == 0
+    assert seen == {"restored": n, "progress": prog}
+    assert {str(p.parent) for p in read_archive(prog) if p.name == "metrics.jsonl"} == {
+        "pt0/lr0.001/v4/seed0", "pt1/lr0.001/v4/seed0"}
+    assert (out / "command.txt").read_text() == f"python -m tools.experiments study isreshape-lm --out {out} " \
+                                                "--parallel 1\n"  # where a study is kept is not what it runs
+    # on a new machine: the progress file alone brings both runs back
+    assert study_main(["study", "isreshape-lm", "--out", str(tmp_path / "t"), "--progress", str(prog), "--no-run"]) == 0
+    assert "2 finished runs unpacked" in capsys.readouterr().out
+    assert updates_done(tmp_path / "t" / "pt1" / "lr0.001" / "v4" / "seed0") == n

@@ -310,3 +310,30 @@ def test_a_sweep_run_that_did_not_finish_stops_the_study_before_a_rate_is_chosen
     err = capsys.readouterr().err
     assert "1 runs of the sweep did not finish (first: single/sweep/init100/ccapo/lr0.03/seed3" in err
     assert not (tmp_path / "single" / "grid.json").exists() and not (tmp_path / "single" / "chosen_lr.json").exists()
+
+
+def test_a_page_republished_from_its_archive_alone_is_the_same_page_older_layout_included(tmp_path, fast_bootstrap):
+    import io
+    import tarfile
+
+    from tools.experiments.grid import read_archive
+    from tools.experiments.study import main
+
+    _study(tmp_path / "s")
+    st.publish(tmp_path / "s", tmp_path / "page")
+    page = (tmp_path / "page" / "results.md").read_text()
+    # the same runs as archived before the sweep: no lr<L> level, the rate in each run's config.json only
+    with tarfile.open(tmp_path / "old.tgz", "w:gz") as tar:
+        for rel, data in read_archive(tmp_path / "page" / "runs.tar.gz").items():
+            if rel.parent.parent.name == "lr0.003":
+                rel = rel.parent.parent.parent / rel.parent.name / rel.name
+                data = json.dumps({"config": {"lr": 0.003}}).encode() if rel.name == "config.json" else data
+            info = tarfile.TarInfo(rel.as_posix())
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    for archive in (tmp_path / "page" / "runs.tar.gz", tmp_path / "old.tgz"):
+        out = tmp_path / f"new-{archive.stem}"
+        assert main(["study", "ccapo-textworld", "--out", str(out), "--updates", str(UPDATES), "--no-run",
+                     "--resume-from", str(archive), "--publish", str(tmp_path / "page")]) == 0
+        assert (tmp_path / "page" / "results.md").read_text() == page
+        assert (out / "single" / "init0" / "ccapo" / "lr0.003" / "ccapo-s0" / "metrics.jsonl").is_file()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from reference_impl.ccapo.textworld.env import TextWorldEnv
 from reference_impl.ccapo.textworld.games import game_set, train_and_heldout
@@ -37,6 +37,7 @@ from tools.experiments.grid import (
     Job,
     elapsed_s,
     flags,
+    packer,
     read_timings,
     require_finished,
     run_grid,
@@ -127,6 +128,18 @@ def _span(values) -> str:
     """``3`` for equal values, ``3-6`` for a range."""
     lo, hi = min(values), max(values)
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+def default_updates(variant: str) -> int:
+    return VARIANTS[variant]["updates"]
+
+
+def relocate(run: PurePosixPath, config: dict) -> PurePosixPath:
+    """A run archived before the sweep (``<variant>/init<I>/<arm>/<trainer arm>-s<S>``, no ``lr<L>`` level) at
+    today's path, under the rate its ``config.json`` records; a run of today's layout as it is."""
+    if run.parent.name.startswith("lr"):
+        return run
+    return run.parent / f"lr{config.get('config', {}).get('lr', DEFAULT_LR):g}" / run.name
+
 
 def root(out: Path, variant: str, init: int) -> Path:
     return Path(out) / variant / f"init{init}"
@@ -224,11 +237,13 @@ def random_policy(out: Path, variant: str, *, games: int = 8, episodes: int = 10
 
 def run(out: Path, *, parallel: int, updates: int | None = None, device: str = "cpu", variant: str = "single",
         arms=ARMS, seeds=SEEDS, pretrains=PRETRAIN_SEEDS, chosen: dict[str, float] | None = None,
-        echo=print) -> dict[str, float]:
+        progress: Path | None = None, echo=print) -> dict[str, float]:
     """The sweep (unless ``chosen`` gives each arm's rate), then the main grid; returns the rates used (also in
-    ``DIR/<variant>/chosen_lr.json``, the file ``--lr-from`` takes, and in ``grid.json``)."""
+    ``DIR/<variant>/chosen_lr.json``, the file ``--lr-from`` takes, and in ``grid.json``). ``progress``: an
+    archive re-packed as each run ends (``grid.pack``)."""
     out = Path(out)
-    updates = updates or VARIANTS[variant]["updates"]
+    updates = updates or default_updates(variant)
+    after = packer(out, updates, progress)
     vdir = out / variant
     vdir.mkdir(parents=True, exist_ok=True)
     if (out / "command.txt").exists():  # the page names its own variant's command; the top file is the latest
@@ -241,7 +256,7 @@ def run(out: Path, *, parallel: int, updates: int | None = None, device: str = "
         echo(f"{variant} sweep: {len(arms)} arms x {len(LRS)} learning rates x {len(SWEEP_SEEDS)} seeds on initial "
              f"model {SWEEP_INIT}")
         sweep = sweep_jobs(out, variant, arms, updates, device)
-        run_grid(sweep, vdir, parallel=parallel, echo=echo)
+        run_grid(sweep, vdir, parallel=parallel, echo=echo, after=after)
         require_finished(sweep, "sweep")  # a rate is never chosen from part of its runs
         chosen = an.choose_rates(sweep_scores(out, variant, arms))
     chosen = {a: chosen[a] for a in arms}
@@ -250,7 +265,8 @@ def run(out: Path, *, parallel: int, updates: int | None = None, device: str = "
                                                 "updates": updates, "device": device, "lr": chosen}, indent=1) + "\n")
     echo(f"{variant}: {len(arms)} arms x {len(pretrains)} initial models x {len(seeds)} seeds, {updates} updates; "
          "learning rates " + ", ".join(f"{a} {lr:g}" for a, lr in chosen.items()))
-    run_grid(jobs(out, variant, arms, pretrains, seeds, updates, device, chosen), vdir, parallel=parallel, echo=echo)
+    run_grid(jobs(out, variant, arms, pretrains, seeds, updates, device, chosen), vdir, parallel=parallel, echo=echo,
+             after=after)
     return chosen
 
 

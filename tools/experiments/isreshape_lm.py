@@ -20,7 +20,7 @@ from rlconform.provenance import stamp
 
 from tools.experiments import analysis as an
 from tools.experiments.analysis import read_metrics, windowed
-from tools.experiments.grid import Job, read_timings, require_finished, run_grid, write_archive
+from tools.experiments.grid import Job, packer, read_timings, require_finished, run_grid, write_archive
 from tools.experiments.grid import flags as _flags
 from tools.experiments.plots import arm_curves
 from tools.experiments.study import PROG
@@ -35,6 +35,10 @@ UPDATES = 150
 TASK = {"max_operand": 14, "pretrain_steps": 300}
 # model sizes: the published tiny Llama (132k parameters, CPU) and a larger one for a GPU (4.2M parameters)
 VARIANTS = {"tiny": {}, "large": {"hidden": 256, "layers": 4, "heads": 8}}
+
+
+def default_updates(variant: str) -> int:
+    return UPDATES  # every model size runs the same budget
 
 
 def root(out: Path, pretrain: int, lr: float) -> Path:
@@ -78,10 +82,11 @@ def prepare_inits(out: Path, pairs, variant: str = "tiny") -> None:
 
 def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu", variant: str = "tiny",
         chosen: dict[str, float] | None = None, arms=ARMS, seeds=SEEDS, pretrains=PRETRAIN_SEEDS,
-        echo=print) -> dict[str, float]:
+        progress: Path | None = None, echo=print) -> dict[str, float]:
     """The sweep (unless ``chosen`` gives each arm's rate), then the main grid; returns the rates used
-    (also written to ``DIR/chosen_lr.json``)."""
+    (also written to ``DIR/chosen_lr.json``). ``progress``: an archive re-packed as each run ends (``grid.pack``)."""
     out = Path(out)
+    after = packer(out, updates, progress)
     out.mkdir(parents=True, exist_ok=True)
     kw = {"device": device, "variant": variant}
     if chosen is None:
@@ -89,7 +94,7 @@ def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu"
         echo(f"sweep: {len(arms)} arms x {len(LRS)} learning rates x {len(SWEEP_SEEDS)} seeds on initial model "
              f"{SWEEP_PRETRAIN}")
         sweep = [job(out, a, SWEEP_PRETRAIN, lr, s, updates, **kw) for lr in LRS for s in SWEEP_SEEDS for a in arms]
-        run_grid(sweep, out, parallel=parallel, echo=echo)
+        run_grid(sweep, out, parallel=parallel, echo=echo, after=after)
         require_finished(sweep, "sweep")  # a rate is never chosen from part of its runs
         chosen = choose_lr(out, arms, LRS, SWEEP_PRETRAIN, SWEEP_SEEDS)
     chosen = {a: chosen[a] for a in arms}
@@ -98,7 +103,7 @@ def run(out: Path, *, parallel: int, updates: int = UPDATES, device: str = "cpu"
     prepare_inits(out, sorted({(p, lr) for p in pretrains for lr in chosen.values()}), variant)
     echo(f"main: {len(arms)} arms x {len(pretrains)} initial models x {len(seeds)} seeds")
     run_grid([job(out, a, p, chosen[a], s, updates, **kw) for p in pretrains for s in seeds for a in arms],
-             out, parallel=parallel, echo=echo)
+             out, parallel=parallel, echo=echo, after=after)
     return chosen
 
 

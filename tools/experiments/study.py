@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rlconform.cli._common import UsageError, writable_dir
 
-from tools.experiments.grid import Unfinished
+from tools.experiments.grid import Unfinished, pack, read_archive, restore
 
 PROG = "python -m tools.experiments"
 # Results studies: ``python -m tools.experiments study NAME`` runs ``module.run`` then ``module.publish``.
@@ -67,6 +67,32 @@ def add_parser(sub) -> None:
     st.add_argument("--arms", default=None, help="comma-separated arms (default: all)")
     st.add_argument("--seeds", type=int, default=None, help="RL seeds 0..N-1 (default: the study's)")
     st.add_argument("--pretrain-seeds", type=int, default=None, help="initial models 0..N-1 (default: the study's)")
+    st.add_argument("--resume-from", action="append", default=[], metavar="ARCHIVE",
+                    help="first unpack the finished runs of this archive (a page's runs.tar.gz, a --progress file) "
+                         "into --out, so they are read, not rerun; repeatable")
+    st.add_argument("--progress", default=None, metavar="ARCHIVE",
+                    help="keep the study's finished runs in this archive: unpacked first when it exists, re-packed "
+                         "as each run ends (with --no-run: packed once). Committed, it carries an unfinished study "
+                         "to another machine")
+
+
+# Options that say where a study is published or kept, not what it runs: the page's command leaves them out.
+NOT_THE_STUDY = ("--publish", "--progress", "--resume-from")
+
+
+def study_command(argv: list[str]) -> list[str]:
+    """``argv`` without ``--no-run`` and ``NOT_THE_STUDY`` (``--opt V`` or ``--opt=V``): the command that makes
+    the runs from nothing, which a page names."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        opt = a.split("=", 1)[0]
+        if a == "--no-run" or opt in NOT_THE_STUDY:
+            i += 1 if a == "--no-run" or "=" in a else 2
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def run(args, argv: list[str]) -> int:
@@ -90,20 +116,32 @@ def run(args, argv: list[str]) -> int:
         else:
             bad += [f"--lr-from {args.lr_from}: no positive learning rate for arm {a!r}" for a in arms
                     if not isinstance(chosen, dict) or not isinstance(chosen.get(a), (int, float)) or chosen[a] <= 0]
+    archives = [*args.resume_from, *([args.progress] if args.progress and Path(args.progress).exists() else [])]
+    for a in archives:  # every archive is read before any is unpacked
+        try:
+            read_archive(Path(a))
+        except (OSError, ValueError) as e:
+            bad.append(f"--resume-from/--progress {a}: {e}")
     if bad:
         raise UsageError("\n".join(bad))
+    updates = args.updates or mod.default_updates(variant)
+    if archives or not args.no_run:
+        writable_dir(args.out, "--out")
+    for a in archives:  # before any run: a run the archive holds is read, not rerun
+        done, skipped = restore(Path(a), Path(args.out), updates, relocate=getattr(mod, "relocate", None))
+        print(f"{a}: {done} finished runs unpacked into {args.out}"
+              + (f" ({skipped} unfinished runs left out: they could not resume without a checkpoint)" if skipped
+                 else ""))
     grid = {"arms": arms, "device": args.device, "variant": variant,
             **({"seeds": tuple(range(args.seeds))} if args.seeds else {}),
             **({"pretrains": tuple(range(args.pretrain_seeds))} if args.pretrain_seeds else {}),
             **({"chosen": chosen} if chosen is not None else {})}
     if not args.no_run:
-        writable_dir(args.out, "--out")
-        argv = [a for a in argv if a != "--no-run"]
-        cut = [i for i, a in enumerate(argv) if a.startswith("--publish")]
-        if cut:  # the page names the command that made the runs, not where it was published
-            argv = argv[:cut[0]] + argv[cut[0] + (1 if "=" in argv[cut[0]] else 2):]
-        (Path(args.out) / "command.txt").write_text(f"{PROG} {shlex.join(argv)}\n")
-        mod.run(Path(args.out), parallel=args.parallel, **kw, **grid)
+        (Path(args.out) / "command.txt").write_text(f"{PROG} {shlex.join(study_command(argv))}\n")
+        mod.run(Path(args.out), parallel=args.parallel, **kw, **grid,
+                **({"progress": Path(args.progress)} if args.progress else {}))
+    if args.progress:
+        print(f"{args.progress}: {pack(Path(args.out), updates, Path(args.progress))} finished runs")
     if args.publish:
         if "variant" in inspect.signature(mod.publish).parameters:  # a study whose variants are separate pages
             kw["variant"] = variant
