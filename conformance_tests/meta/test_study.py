@@ -174,6 +174,8 @@ def test_an_archive_that_would_write_outside_the_study_is_refused_before_anythin
         assert study_main(argv) == 2
         assert why in capsys.readouterr().err
         assert not out.exists() and not (tmp_path / "escaped").exists()  # the good archive was not unpacked either
+    assert study_main(["study", "isreshape-lm", "--out", str(out), "--progress", str(tmp_path / "no" / "p.tgz")]) == 2
+    assert "its directory does not exist" in capsys.readouterr().err and not out.exists()
 
 
 def test_resume_from_and_progress_carry_a_study_and_stay_out_of_its_command(tmp_path, monkeypatch, capsys):

@@ -117,6 +117,8 @@ def run(args, argv: list[str]) -> int:
             bad += [f"--lr-from {args.lr_from}: no positive learning rate for arm {a!r}" for a in arms
                     if not isinstance(chosen, dict) or not isinstance(chosen.get(a), (int, float)) or chosen[a] <= 0]
     archives = [*args.resume_from, *([args.progress] if args.progress and Path(args.progress).exists() else [])]
+    if args.progress and not Path(args.progress).resolve().parent.is_dir():  # found now, not after the first run
+        bad.append(f"--progress {args.progress}: its directory does not exist")
     for a in archives:  # every archive is read before any is unpacked
         try:
             read_archive(Path(a))
