@@ -138,17 +138,17 @@ def test_a_study_travels_as_its_finished_runs_and_a_restore_merges_never_shorten
     _finished(b / "pt0" / "lr0.001" / "v4" / "seed2", 10)  # a run the archive lacks stays
     (b / "timings.jsonl").write_text('{"key": ["y"]}\n{"key": ["x"]}\n')
     (b / "chosen_lr.json").write_text('{"v4": 0.01}')
-    assert restore(tmp_path / "p.tgz", b, 10) == (1, 0)
+    assert restore(tmp_path / "p.tgz", b, 10) == (1, 0, 0)
     assert updates_done(b / "pt0" / "lr0.001" / "v4" / "seed0") == 10
     assert updates_done(b / "pt0" / "lr0.001" / "v4" / "seed2") == 10
     assert (b / "timings.jsonl").read_text() == '{"key": ["y"]}\n{"key": ["x"]}\n'  # merged, no record twice
     assert (b / "chosen_lr.json").read_text() == '{"v4": 0.01}'  # the study rewrites its own files
-    assert restore(tmp_path / "p.tgz", b, 10) == (0, 0)  # nothing new the second time
+    assert restore(tmp_path / "p.tgz", b, 10) == (0, 1, 0)  # nothing new the second time
 
     # a page's archive may hold an unfinished run: it is counted and left out
     files = [a / "pt0" / "lr0.001" / "v4" / s / "metrics.jsonl" for s in ("seed0", "seed1")]
     write_archive(a, files, tmp_path / "page.tgz")
-    assert restore(tmp_path / "page.tgz", tmp_path / "c", 10) == (1, 1)
+    assert restore(tmp_path / "page.tgz", tmp_path / "c", 10) == (1, 0, 1)
     assert not (tmp_path / "c" / "pt0" / "lr0.001" / "v4" / "seed1").exists()
 
 
@@ -205,5 +205,5 @@ def test_resume_from_and_progress_carry_a_study_and_stay_out_of_its_command(tmp_
                                                 "--parallel 1\n"  # where a study is kept is not what it runs
     # on a new machine: the progress file alone brings both runs back
     assert study_main(["study", "isreshape-lm", "--out", str(tmp_path / "t"), "--progress", str(prog), "--no-run"]) == 0
-    assert "2 finished runs unpacked" in capsys.readouterr().out
+    assert "2 finished runs unpacked into" in capsys.readouterr().out
     assert updates_done(tmp_path / "t" / "pt1" / "lr0.001" / "v4" / "seed0") == n

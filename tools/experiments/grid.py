@@ -188,14 +188,14 @@ def _updates_in(metrics: bytes) -> int:
                default=0)
 
 
-def restore(path: Path, out: Path, updates: int, *, relocate=None) -> tuple[int, int]:
-    """Unpack the finished runs of archive ``path`` into ``out``; returns (runs restored, runs skipped because
-    they had not finished). A run already in ``out`` with as many updates is kept; ``timings.jsonl`` records
+def restore(path: Path, out: Path, updates: int, *, relocate=None) -> tuple[int, int, int]:
+    """Unpack the finished runs of archive ``path`` into ``out``; returns (runs unpacked, runs ``out`` already
+    had, runs left out because they had not finished). A run already in ``out`` with as many updates is kept; ``timings.jsonl`` records
     are merged, not replaced; other study files are written only where ``out`` has none (the study rewrites
     them). ``relocate(run_path, config)`` maps a run of an older layout to today's."""
     files = read_archive(path)
     out = Path(out)
-    restored = skipped = 0
+    restored = present = skipped = 0
     for rel in sorted(r for r in files if r.name == "metrics.jsonl"):
         src = rel.parent
         if _updates_in(files[rel]) < updates:
@@ -204,6 +204,7 @@ def restore(path: Path, out: Path, updates: int, *, relocate=None) -> tuple[int,
         cfg = json.loads(files.get(src / "config.json", b"{}"))
         dst = out / (relocate(src, cfg) if relocate else src)
         if updates_done(dst) >= updates:
+            present += 1
             continue
         dst.mkdir(parents=True, exist_ok=True)
         for n in RUN_FILES:
@@ -222,4 +223,4 @@ def restore(path: Path, out: Path, updates: int, *, relocate=None) -> tuple[int,
             dst.write_text("".join(ln + "\n" for ln in [*have, *new]))
         elif not dst.exists():
             dst.write_bytes(data)
-    return restored, skipped
+    return restored, present, skipped

@@ -130,9 +130,9 @@ def run(args, argv: list[str]) -> int:
     if archives or not args.no_run:
         writable_dir(args.out, "--out")
     for a in archives:  # before any run: a run the archive holds is read, not rerun
-        done, skipped = restore(Path(a), Path(args.out), updates, relocate=getattr(mod, "relocate", None))
-        print(f"{a}: {done} finished runs unpacked into {args.out}"
-              + (f" ({skipped} unfinished runs left out: they could not resume without a checkpoint)" if skipped
+        done, present, skipped = restore(Path(a), Path(args.out), updates, relocate=getattr(mod, "relocate", None))
+        print(f"{a}: {done} finished runs unpacked into {args.out}, {present} already there"
+              + (f"; {skipped} unfinished runs left out (they could not resume without a checkpoint)" if skipped
                  else ""))
     grid = {"arms": arms, "device": args.device, "variant": variant,
             **({"seeds": tuple(range(args.seeds))} if args.seeds else {}),
