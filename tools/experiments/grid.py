@@ -33,17 +33,18 @@ def flags(d: dict) -> tuple[str, ...]:
     return tuple(x for k, v in d.items() for x in (f"--{k.replace('_', '-')}", str(v)))
 
 
+def _last_update(lines) -> int:
+    """1 + the largest ``update`` of metric records given as JSON lines (0 for none)."""
+    return max((int(json.loads(ln).get("update", -1)) + 1 for ln in lines if ln.strip()), default=0)
+
+
 def updates_done(run_dir: Path) -> int:
     """Updates logged in ``run_dir/metrics.jsonl`` (0 when the run never started)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return 0
-    n = 0
     with path.open() as f:
-        for line in f:
-            if line.strip():
-                n = max(n, int(json.loads(line).get("update", -1)) + 1)
-    return n
+        return _last_update(f)
 
 
 def _run(job: Job, threads: int, log_dir: Path) -> dict:
@@ -183,22 +184,17 @@ def read_archive(path: Path) -> dict[PurePosixPath, bytes]:
     return files
 
 
-def _updates_in(metrics: bytes) -> int:
-    return max((int(json.loads(ln).get("update", -1)) + 1 for ln in metrics.decode().splitlines() if ln.strip()),
-               default=0)
-
-
 def restore(path: Path, out: Path, updates: int, *, relocate=None) -> tuple[int, int, int]:
     """Unpack the finished runs of archive ``path`` into ``out``; returns (runs unpacked, runs ``out`` already
-    had, runs left out because they had not finished). A run already in ``out`` with as many updates is kept; ``timings.jsonl`` records
-    are merged, not replaced; other study files are written only where ``out`` has none (the study rewrites
-    them). ``relocate(run_path, config)`` maps a run of an older layout to today's."""
+    had, runs left out because they had not finished). A run already in ``out`` with as many updates is kept;
+    ``timings.jsonl`` records are merged, not replaced; other study files are written only where ``out`` has
+    none (the study rewrites them). ``relocate(run_path, config)`` maps a run of an older layout to today's."""
     files = read_archive(path)
     out = Path(out)
     restored = present = skipped = 0
     for rel in sorted(r for r in files if r.name == "metrics.jsonl"):
         src = rel.parent
-        if _updates_in(files[rel]) < updates:
+        if _last_update(files[rel].decode().splitlines()) < updates:
             skipped += 1
             continue
         cfg = json.loads(files.get(src / "config.json", b"{}"))
