@@ -111,6 +111,18 @@ def test_a_spike_the_runs_did_not_log_is_said_to_be_missing_not_shown_as_zero():
         "The gradient norm was not logged by the trainer these runs used."]
     assert st.spike_table(rows, ["ccapo"], "kl_ref", st.SPIKES["kl_ref"])[-1].startswith("| `ccapo` | 0.01 | 0 ")
 
+
+def test_an_arm_whose_runs_did_not_log_a_spike_gets_a_row_saying_so_beside_the_arms_that_did():
+    old = [{"update": u, "split": "train", "success_rate": 0.5, "mean_steps": 8.0, "kl_ref": 0.01, "loss": 0.1}
+           for u in range(10)]
+    new = [{**r, "grad_norm": 2.0 + (r["update"] == 6)} for r in old]
+    rows = [{**st.run_scores(recs, 20), "arm": arm, "initial_model": 0, "seed": seed}
+            for arm, seed, recs in (("ccapo", 0, new), ("ccapo", 1, old), ("gigpo-w1", 0, old))]
+    table = st.spike_table(rows, ["ccapo", "gigpo-w1"], "grad_norm", st.SPIKES["grad_norm"])
+    assert "| `ccapo` | 3 | 6 (model 0, seed 0) | 2 |" in table
+    assert "| `gigpo-w1` | not logged | | |" in table
+    assert table[-1] == "Not logged by the older trainer that made these runs: `ccapo` 1 of 2, `gigpo-w1` 1 of 1."
+
 # ----------------------------------------------------------------------------- a synthetic study
 UPDATES = 10  # held-out evaluations after updates 4 and 9; the window (last 20%) holds the second only
 

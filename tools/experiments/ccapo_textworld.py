@@ -81,14 +81,22 @@ def spike_table(rows: list[dict], arms, key: str, what: str) -> list[str]:
         return [f"The {what.split(' of each arm')[0]} was not logged by the trainer these runs used."]
     out = [f"The largest {what}, with the update where it happened:", "",
            "| arm | peak | at update (run) | last-20% median (median run) |", "|---|---|---|---|"]
+    unlogged = []  # (arm, runs without key, runs): an older trainer's runs, kept rather than rerun
     for arm in arms:
-        mine = [r for r in rows if r["arm"] == arm and not math.isnan(r[f"{key}_peak"])]
+        ours = [r for r in rows if r["arm"] == arm]
+        mine = [r for r in ours if not math.isnan(r[f"{key}_peak"])]
+        if len(mine) < len(ours):
+            unlogged.append((arm, len(ours) - len(mine), len(ours)))
         if not mine:
+            out.append(f"| `{arm}` | not logged | | |")
             continue
         k = max(mine, key=lambda r: r[f"{key}_peak"])
         med = sorted(r[key] for r in mine)[len(mine) // 2]
         out.append(f"| `{arm}` | {k[f'{key}_peak']:.3g} | {k[f'{key}_peak_update']} (model {k['initial_model']}, "
                    f"seed {k['seed']}) | {med:.3g} |")
+    if unlogged:
+        out += ["", "Not logged by the older trainer that made these runs: "
+                + ", ".join(f"`{a}` {n} of {total}" for a, n, total in unlogged) + "."]
     return out
 
 
