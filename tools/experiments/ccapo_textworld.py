@@ -83,15 +83,15 @@ def spike_table(rows: list[dict], arms, key: str, what: str) -> list[str]:
            "| arm | peak | at update (run) | last-20% median (median run) |", "|---|---|---|---|"]
     unlogged = []  # (arm, runs without key, runs): an older trainer's runs, kept rather than rerun
     for arm in arms:
-        ours = [r for r in rows if r["arm"] == arm]
-        mine = [r for r in ours if not math.isnan(r[f"{key}_peak"])]
-        if len(mine) < len(ours):
-            unlogged.append((arm, len(ours) - len(mine), len(ours)))
-        if not mine:
+        runs = [r for r in rows if r["arm"] == arm]
+        logged = [r for r in runs if not math.isnan(r[f"{key}_peak"])]
+        if len(logged) < len(runs):
+            unlogged.append((arm, len(runs) - len(logged), len(runs)))
+        if not logged:
             out.append(f"| `{arm}` | not logged | | |")
             continue
-        k = max(mine, key=lambda r: r[f"{key}_peak"])
-        med = sorted(r[key] for r in mine)[len(mine) // 2]
+        k = max(logged, key=lambda r: r[f"{key}_peak"])
+        med = sorted(r[key] for r in logged)[len(logged) // 2]
         out.append(f"| `{arm}` | {k[f'{key}_peak']:.3g} | {k[f'{key}_peak_update']} (model {k['initial_model']}, "
                    f"seed {k['seed']}) | {med:.3g} |")
     if unlogged:
