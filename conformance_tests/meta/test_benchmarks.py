@@ -70,6 +70,23 @@ def test_a_row_from_a_busy_run_says_so(times, busy):
         assert row[3].startswith("**1.")  # the figure itself is still shown
 
 
+def test_a_gpu_run_shows_the_captured_and_the_compiled_update_each_against_torchrl():
+    """A CUDA raw file with the compiled side gets its own row, its ratio and verdict from its own median."""
+    from tools.benchmarks.report import sac_rows
+
+    med = {"reference": 0.0093, "torchrl": 0.0082, "reference_graph": 0.0072, "reference_graph_compiled": 0.0050}
+    sac = {"device": "cuda", "shape": {"batch": 2048, "actions": 6000, "obs": 384, "hidden": 256, "top_p": 0.98},
+           "median_s": med, "gflops": {k: 1.0 for k in med}, "pct_of_peak": {k: 1.0 for k in med},
+           "matmul_peak_gflops": 4.7e4, "ratio": 0.88, "kernel_launches": {"reference": 300, "torchrl": 170,
+           "reference_graph": 1, "reference_graph_compiled": 1}, "provenance": {"gpu": {"name": "H", "driver": "1"}}}
+    rows = {r[0].split(" [")[0]: r for r in sac_rows(sac)}
+    graph = rows["SAC update at V2 scale, captured as one CUDA graph and replayed"]
+    compiled = rows["SAC update at V2 scale, objectives torch.compile'd, captured and replayed"]
+    assert graph[3] == "**1.14**" and graph[4] == "≥ 1.5: **missed**"
+    assert compiled[1] == "5.0 ms (captured, not compiled: 7.2 ms)"
+    assert compiled[3] == "**1.64**" and compiled[4] == "≥ 1.5: met"
+
+
 def test_interleave_gives_each_round_a_fresh_setup_and_rotates_the_order():
     import torch
 

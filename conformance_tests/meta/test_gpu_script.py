@@ -122,6 +122,17 @@ def test_every_flag_the_gpu_scripts_give_is_accepted(module, lead, given):
     assert not unknown, f"`{module} {' '.join(lead)}` does not take {unknown}"
 
 
+def test_every_config_override_the_gpu_scripts_give_the_sac_trainer_applies():
+    """``--set KEY=VALUE`` reaches the trainer's Config only on the GPU machine: an unknown key or a value of
+    the wrong type there would cost the run, so each is applied here."""
+    from reference_impl.sac.trainer import Config, apply_overrides
+
+    sets = [argv[i + 1] for script in SCRIPTS for mod, argv in python_commands(script.read_text())
+            if mod == "tools.benchmarks.bench_sac_trainer" for i, w in enumerate(argv[:-1]) if w == "--set"]
+    assert sets, "the checks give the SAC trainer no override (the test reads the wrong commands)"
+    apply_overrides(Config(), sets)  # raises on an unknown field or a value of the wrong type
+
+
 def test_the_command_reader_sees_continuations_pipes_and_timeouts():
     script = ('say "x"\ntimeout 90 python3 -m tools.a --json "$R/a b.json" x \\\n  --out /tmp/o 2>&1 | tail -2\n'
               'A=1 rlconform audit --device cuda > /tmp/l 2>&1 # note\n')

@@ -19,7 +19,7 @@ from conformance_tests import simdevice
 from conformance_tests.harness import assert_close
 from conformance_tests.meta.test_sac_fastpaths import _case, _nets
 from reference_impl import _checks
-from reference_impl.sac import backup
+from reference_impl.sac import backup, fast, step
 from reference_impl.sac.graphed import CapturedUpdate
 from reference_impl.sac.step import (
     critic_objective,
@@ -89,9 +89,44 @@ def test_where_capture_does_not_apply_the_update_is_the_eager_one():
         assert_close(a.detach(), b.detach(), "SAC-STEP-1", what="critic parameters after 4 updates")
 
 
+@pytest.mark.clause("SAC-STEP-1")
+@pytest.mark.parametrize("plan", ["accelerator", "cpu"])
+def test_the_compiled_update_follows_the_plain_formulas(plan):
+    """``compile=True`` (Inductor, the CPU's code generator here): three updates give the plain formulas'
+    diagnostics and parameters (the oracle is ``fast=False``, eager), and the fused heads really ran compiled
+    (the critic's backup and loss heads, the policy head: three graphs at least)."""
+    compiled, plain = _nets(4, D, A), _nets(4, D, A)
+    torch._dynamo.reset()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    blocked = (lambda t: False) if plan == "accelerator" else backup.blocked
+    with simdevice.suspended(), mock.patch.object(backup, "blocked", blocked), _checks.validation(False):
+        for i in range(3):
+            got = update_step(*compiled, _batch(30 + i), top_p=0.9, kpi_rows=7, compile=True)
+            want = update_step(*plain, _batch(30 + i), top_p=0.9, kpi_rows=7, fast=False)
+            for k in want:
+                assert_close(torch.tensor(got[k]), torch.tensor(want[k]), "SAC-STEP-1", what=f"update {i}: {k}")
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs >= 3
+    for net_c, net_p in zip(compiled[:3], plain[:3]):
+        for a, b in zip(net_c.parameters(), net_p.parameters()):
+            assert_close(a.detach(), b.detach(), "SAC-STEP-1", what="parameters after 3 updates")
+
+
+def test_compile_applies_to_the_fused_heads_of_an_unguarded_step():
+    """A validated call reads values on the host: it takes the head as it is; so does ``compile=False``.
+    Otherwise the head's compiled twin, made once."""
+    on = step_hp(compile=True)
+    with _checks.validation(True):
+        assert step._head(fast.critic_heads_fused, on) is fast.critic_heads_fused
+    with _checks.validation(False):
+        assert step._head(fast.critic_heads_fused, step_hp()) is fast.critic_heads_fused
+        twin = step._head(fast.critic_heads_fused, on)
+        assert twin is not fast.critic_heads_fused and step._head(fast.critic_heads_fused, on) is twin
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (tools/gpu_checks.sh runs it)")
 @pytest.mark.clause("SAC-STEP-1")
-def test_the_replayed_graph_follows_the_eager_update_on_cuda():
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager-objectives", "compiled-objectives"])
+def test_the_replayed_graph_follows_the_eager_update_on_cuda(compiled):
     dev = torch.device("cuda")
     nets = [_nets(2, D, A) for _ in range(2)]
     moved = []
@@ -101,7 +136,7 @@ def test_the_replayed_graph_follows_the_eager_update_on_cuda():
         opts = {"q": torch.optim.Adam(critic.parameters(), lr=0.05), "pi": torch.optim.Adam(policy.parameters(), lr=0.05),
                 "alpha": torch.optim.Adam([log_alpha], lr=0.05)}
         moved.append((policy, critic, target, log_alpha, opts))
-    upd = CapturedUpdate(*moved[0], top_p=0.9, kpi_rows=7)
+    upd = CapturedUpdate(*moved[0], top_p=0.9, kpi_rows=7, compile=compiled)
     with _checks.validation(False):
         for i in range(6):
             got, want = upd(_batch(20 + i, dev)), update_step(*moved[1], _batch(20 + i, dev), top_p=0.9, kpi_rows=7)

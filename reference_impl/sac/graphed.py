@@ -51,8 +51,9 @@ class CapturedUpdate:
     """``update_step`` bound to its networks and optimisers, replayed from a CUDA graph on a GPU.
 
     ``capture=False`` (or a process that cannot capture) makes every call the eager update. Otherwise the
-    first ``warmup`` calls run eagerly on a side stream (real updates: they also create the optimiser
-    state and the library workspaces that capture must not allocate); the next call records the graph,
+    first ``warmup`` calls with the guards off run eagerly on a side stream (real updates: they also create
+    the optimiser state, the library workspaces and any compiled kernels, which capture must not make;
+    validated calls before them run there too); the next call records the graph,
     and every later call with a batch of the same signature replays it. Returns what ``update_step``
     returns: the diagnostics as floats, one host read per call.
 
@@ -86,7 +87,8 @@ class CapturedUpdate:
         else:
             for k, v in batch.items():
                 self.static[k].copy_(v)
-        self.calls += 1
+        if not _checks._on():  # a warm-up call runs what capture records: guards off (and, with compile, compiles)
+            self.calls += 1
         if self.graph is None:
             if self.calls <= self.warmup:
                 return self._eager_on_side_stream()

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from reference_impl import _checks
 from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
 from reference_impl.sac.fast import (
     critic_heads_fused,
@@ -65,6 +66,21 @@ def _taken(q_all: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
 # diagnostics, no side effect, so the accelerator plan traces as one graph, test_sac_graph.py) and a
 # step that applies it. A captured update (reference_impl.sac.graphed) replays the same phases.
 
+_COMPILED: dict[Callable, Callable] = {}
+
+
+def _head(fn: Callable, hp: dict) -> Callable:
+    """The fused head ``fn``, or with ``hp["compile"]`` its torch.compile'd twin (Inductor, one graph: a graph
+    break is an error), which fuses its elementwise passes over [B, |A|] into a few kernels, forward and
+    backward. Only the heads: the networks stay eager (a GRU is cuDNN's, and TorchDynamo would not trace
+    it). The guards read values on the host, so a validated call takes ``fn`` itself."""
+    if not hp["compile"] or _checks._on():
+        return fn
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=False)
+    return _COMPILED[fn]
+
+
 def critic_objective(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, dict]:
     """The critic loss (SAC-CRITIC-2 on the SAC-TD-1 target) and its diagnostics, by the plain formulas
     or, with ``hp["fast"]``, through the fused heads."""
@@ -96,16 +112,16 @@ def _critic_objective_fused(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, d
     """The critic objective through the fused heads: the same formulas (its plain twin above is the
     oracle, conformance_tests/meta/test_sac_fastpaths.py), with no [B, |A|] temporaries besides the network outputs."""
     alpha = s["log_alpha"].detach().exp()
+    backup, heads = _head(top_p_backup_fused, hp), _head(critic_heads_fused, hp)
     with torch.no_grad():
         q1_t, q2_t = s["target"](b["next_obs"])
-        v_next, cov = top_p_backup_fused(s["policy"](b["next_obs"]), q1_t, q2_t, b["next_legal_mask"], alpha=alpha,
-                                         p=hp["top_p"], eps=PROB_EPS)  # SAC-MASK-1/2, SAC-TOPP-1..4
+        v_next, cov = backup(s["policy"](b["next_obs"]), q1_t, q2_t, b["next_legal_mask"], alpha=alpha,
+                             p=hp["top_p"], eps=PROB_EPS)  # SAC-MASK-1/2, SAC-TOPP-1..4
         del q1_t, q2_t
         y = td_target(b["reward"], b["done"], v_next, gamma=hp["gamma"])  # SAC-TD-1
     q1_all, q2_all = s["critic"](b["obs"])
-    loss, huber, cql, q_min = critic_heads_fused(q1_all, q2_all, b["action"], y, legal_mask=b["legal_mask"],
-                                                 delta=hp["huber_delta"], lam_cql=hp["lambda_cql"],
-                                                 use_cql=hp["use_cql"])  # SAC-CRITIC-2, both critics
+    loss, huber, cql, q_min = heads(q1_all, q2_all, b["action"], y, legal_mask=b["legal_mask"], delta=hp["huber_delta"],
+                                    lam_cql=hp["lambda_cql"], use_cql=hp["use_cql"])  # SAC-CRITIC-2, both critics
     return loss, dict(critic_loss=huber, cql_loss=cql, target_mean=y.mean(), q_mean=q_min.mean(),
                          top_p_coverage=(cov if hp["kpi_rows"] is None else cov[:hp["kpi_rows"]]).mean(),
                          demo_share=b["is_demo"].sum() / y.shape[0])
@@ -144,8 +160,9 @@ def _policy_objective_fused(s: dict, b: dict, hp: dict) -> tuple[torch.Tensor, d
     logits = s["policy"](b["obs"])
     with torch.no_grad():
         q1, q2 = s["critic"](b["obs"])  # the critics as they are now (after the critic phase)
-    loss, pol, bc, ent = policy_head_fused(logits, q1, q2, b["legal_mask"], b["action"], b["is_demo"],
-                                           alpha=s["log_alpha"].detach().exp(), lam_bc=hp["lambda_bc"])  # SAC-POL-3
+    head = _head(policy_head_fused, hp)
+    loss, pol, bc, ent = head(logits, q1, q2, b["legal_mask"], b["action"], b["is_demo"],
+                              alpha=s["log_alpha"].detach().exp(), lam_bc=hp["lambda_bc"])  # SAC-POL-3
     return loss, dict(policy_loss=pol, bc_loss=bc), ent
 
 
@@ -226,7 +243,7 @@ def step_hp(*, gamma: float = 0.995, top_p: float = 0.98, kappa: float = 0.9, ta
             lambda_bc: float = 0.1, lambda_cql: float = 0.5, use_cql: bool = True, policy_use_topp: bool = False,
             huber_delta: float = 1.0, grad_clip: float = 0.5, alpha_min: float = 1e-4, alpha_max: float = 2.0,
             kpi_rows: int | None = None, all_rows: Callable[[torch.Tensor], torch.Tensor] | None = None,
-            fast: bool = True) -> dict:
+            fast: bool = True, compile: bool = False) -> dict:
     """The hyperparameters of :func:`update_step`, defaults (seed 000 V2) filled in."""
     return dict(locals())
 
@@ -245,7 +262,8 @@ def make_update_step(order: Sequence[str] = ORDER) -> Callable[..., dict]:
         ``kpi_rows`` limits the Top-p coverage monitor to the first rows (None: all). ``fast`` runs the
         critic phase and the option-A policy phase through the fused heads (``critic_head_fused``,
         ``policy_head_fused``, ``top_p_backup_fused``); ``fast=False`` runs the plain formulas,
-        which are the fused ones' oracle.
+        which are the fused ones' oracle. ``compile`` runs the fused heads torch.compile'd once the guards
+        are off (a GPU's opt-in: the trainer's ``--set compile=True``; the same values to rounding).
 
         Keyword arguments: those of :func:`step_hp`. Returns floats: critic_loss (Huber share), cql_loss,
         policy_loss (L_π share), bc_loss, alpha_loss, critic/policy_grad_norm (before clipping),

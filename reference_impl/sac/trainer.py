@@ -95,6 +95,7 @@ class Config:
     ckpt_every: int = 250  # updates between checkpoints (and one at the end)
     dtype: str = "float32"  # dtype of the networks, log α and the update tensors (float32, float64, bfloat16)
     cuda_graph: bool = True  # on one CUDA GPU, replay the update from a CUDA graph (graphed.py); eager elsewhere
+    compile: bool = False  # torch.compile the critic and policy objectives (fused kernels; a GPU's opt-in, step.py)
 
 
 # Presets: "cpu" is the Config above (a few CPU minutes); "full" is the document's V2 sizes (§9) for a
@@ -203,7 +204,7 @@ def make_update(s: dict, cfg: Config) -> CapturedUpdate:
                           capture=cfg.cuda_graph, gamma=cfg.gamma, top_p=cfg.top_p, kappa=cfg.kappa,
                           tau=cfg.tau, lambda_bc=cfg.lambda_bc, lambda_cql=cfg.lambda_cql, use_cql=cfg.use_cql,
                           policy_use_topp=cfg.policy_use_topp, huber_delta=cfg.huber_delta, grad_clip=cfg.grad_clip,
-                          alpha_min=cfg.alpha_min, alpha_max=cfg.alpha_max, kpi_rows=cfg.kpi_rows,
+                          alpha_min=cfg.alpha_min, alpha_max=cfg.alpha_max, kpi_rows=cfg.kpi_rows, compile=cfg.compile,
                           all_rows=functools.partial(ddp.gather_cat, d=d) if d.enabled else None)  # SAC-STEP-1
 
 

@@ -87,6 +87,13 @@ def sac_rows(d: dict) -> list[list[str]]:
                      f"{med['reference_graph'] * 1e3:.1f} ms (eager: {med['reference'] * 1e3:.1f} ms)",
                      f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl'] * 1e3:.1f} ms",
                      f"**{ratio:.2f}**{busy_note(d)}", f"≥ 1.5: {_met(ratio >= 1.5)}"])
+    if "reference_graph_compiled" in med:  # the same, its objectives torch.compile'd (the trainer's compile=True)
+        ratio = med["torchrl"] / med["reference_graph_compiled"]
+        rows.append([f"SAC update at V2 scale, objectives torch.compile'd, captured and replayed {dev(d)}",
+                     f"{med['reference_graph_compiled'] * 1e3:.1f} ms (captured, not compiled: "
+                     f"{med['reference_graph'] * 1e3:.1f} ms)",
+                     f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl'] * 1e3:.1f} ms",
+                     f"**{ratio:.2f}**{busy_note(d)}", f"≥ 1.5: {_met(ratio >= 1.5)}"])
     k = d.get("kernel_launches") or {}
     if k:
         ours = k.get("reference_graph", k["reference"])
@@ -175,8 +182,15 @@ def trainer_rows(d: dict) -> list[list[str]]:
     peer = f"the same, eager update: {eager['updates_per_s']:.1f}" if eager else "—"
     ratio = f"{d['updates_per_s'] / eager['updates_per_s']:.2f} (captured / eager)" if eager else "—"
     target = f"≥ 25 updates/s: {_met(d['updates_per_s'] >= 25)}" if d["preset"] == "full" else "—"
-    return [[f"SAC trainer `--preset {d['preset']}`, learning updates/s {dev(d)}",
+    rows = [[f"SAC trainer `--preset {d['preset']}`, learning updates/s {dev(d)}",
              f"{d['updates_per_s']:.1f} updates/s over {d['measured_updates']} updates", peer, ratio, target]]
+    compiled = _load(f"sac_trainer_{d['device']}_{d['preset']}_compiled.json")  # --set compile=True, if run
+    if compiled:
+        rows.append([f"SAC trainer `--preset {d['preset']} --set compile=True`, learning updates/s {dev(compiled)}",
+                     f"{compiled['updates_per_s']:.1f} updates/s over {compiled['measured_updates']} updates",
+                     f"the same, objectives not compiled: {d['updates_per_s']:.1f}",
+                     f"{compiled['updates_per_s'] / d['updates_per_s']:.2f} (compiled / not)", "—"])
+    return rows
 
 
 def busy_rows(d: dict) -> list[list[str]]:
