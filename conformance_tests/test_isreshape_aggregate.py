@@ -14,6 +14,7 @@ from conformance_tests.harness import (
     assert_rejects,
     assert_that,
     require_differentiable,
+    require_dtype,
     working_dtype,
 )
 from conformance_tests.oracles import np_
@@ -91,6 +92,29 @@ def test_aggregate_default_mode_is_token_mean(isreshape):
     loss = torch.tensor([[1.0, 2.0], [4.0, 0.0]], dtype=dt)
     mask = torch.tensor([[True, True], [True, False]])
     assert_close(isreshape.aggregate_loss(loss, mask), 7.0 / 3.0, "ISR-AGG-1", what="the seed's token-mean")
+
+
+@pytest.mark.clause("ISR-AGG-1")
+def test_token_mean_guard_is_at_most_1e_8(isreshape):
+    """Σ l·m / (Σ m + ε) with 0 ≤ ε ≤ 1e-8 (the contract's bound): one token of loss 1 gives a value in
+    [1 / (1 + 1e-8), 1]; a larger guard, or one subtracted, leaves that interval (in float64; in a
+    narrower working dtype the interval rounds to the point 1)."""
+    dt = working_dtype()
+    got = float(torch.as_tensor(isreshape.aggregate_loss(torch.ones(1, 2, dtype=dt),
+                                                         torch.tensor([[True, False]]), mode="token-mean")))
+    lo = float(torch.tensor(1.0 / (1.0 + 1e-8), dtype=torch.float64).to(dt))
+    assert_that(lo <= got <= 1.0, "ISR-AGG-1", got, f"token-mean of one token of loss 1 in [{lo!r}, 1]")
+
+
+@pytest.mark.clause("ISR-AGG-1", "ISR-STAB-1")
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_a_half_precision_mean_is_summed_wider(isreshape, mode):
+    """Two float16 losses of 40000 average to 40000 (a float16 value); their sum, 80000, is past float16's
+    largest finite value (65504), so a mean summed in float16 comes out inf."""
+    require_dtype(torch.float16)
+    loss = torch.full((1, 2), 40000.0, dtype=torch.float16)
+    got = torch.as_tensor(isreshape.aggregate_loss(loss, torch.ones(1, 2, dtype=torch.bool), mode=mode))
+    assert_close(got.float(), 40000.0, "ISR-AGG-1", dtype=torch.float16, what=f"{mode} of float16 losses")
 
 
 @pytest.mark.clause("ISR-AGG-1")

@@ -38,6 +38,13 @@ def same_shape(clause: str, **tensors: torch.Tensor) -> None:
         raise ValueError(f"[{clause}] shapes differ: {shapes}")
 
 
+def has_fields(batch: dict, keys, clause: str) -> None:
+    """A batch lacking any of ``keys`` is refused by name, not with a KeyError deep inside (no device read)."""
+    missing = [k for k in keys if k not in batch]
+    if missing:
+        raise ValueError(f"[{clause}] batch lacks field(s) {missing}")
+
+
 def bool_mask(mask: torch.Tensor, clause: str, name: str = "legal_mask") -> None:
     if mask.dtype != torch.bool:
         raise ValueError(f"[{clause}] {name} must be a bool tensor, got {mask.dtype}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,3 +42,45 @@ def test_reference_threshold_path_equals_the_sorted_formula(case):
             got = backup.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=p)
         assert_equal(fast, sorted_sel, "SAC-TOPP-1", "fast == sorted")
         assert_close(got / scale, plain / scale, "SAC-TOPP-3", what="expanded == plain value / scale")
+
+
+def _bits(*patterns: int) -> torch.Tensor:
+    """float32 values from their bit patterns."""
+    return torch.tensor(patterns, dtype=torch.int32).view(torch.float32)
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-TOPP-1")
+def test_threshold_ranks_float64_probabilities_at_their_own_precision():
+    """Two probabilities that only float64 tells apart: the larger one (the higher id) is kept, not the
+    lower id that a float32 tie would keep. Set written by hand: mass 0.4 then 0.3 + 1e-12 reaches 0.65."""
+    probs = torch.tensor([[0.3, 0.3 + 1e-12, 0.4 - 1e-12]], dtype=torch.float64)
+    mask = torch.ones_like(probs, dtype=torch.bool)
+    for method in ("threshold", "sorted"):
+        got = backup.top_p_select(probs, mask, p=0.65, method=method)
+        assert_equal(got, torch.tensor([[False, True, True]]), "SAC-TOPP-1", f"{method}: float64 ranking")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-TOPP-1")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_threshold_takes_half_precision_probabilities(dtype):
+    """Half and bfloat16 probabilities widen exactly to float32 keys; dyadic values, so the set is exact:
+    0.5 + 0.25 reaches 0.7, the ties at 0.125 stay out."""
+    probs = torch.tensor([[0.125, 0.5, 0.125, 0.25]], dtype=dtype)
+    mask = torch.ones_like(probs, dtype=torch.bool)
+    got = backup.top_p_select(probs, mask, p=0.7, method="threshold")
+    assert_equal(got, torch.tensor([[False, True, False, True]]), "SAC-TOPP-1", f"{dtype} probabilities")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-TOPP-1")
+def test_threshold_finds_a_key_in_the_top_digit_of_a_window():
+    """The threshold key's lower 20 bits all ones (0.49999997 = 0x3EFFFFFF): in the second and third radix
+    passes its digit is the window's top one (1023). Two such ties, and p needs only the first of them."""
+    x = _bits(0x3EFFFFFF)
+    probs = torch.cat([x, x, 1 - 2 * x])[None]
+    mask = torch.ones_like(probs, dtype=torch.bool)
+    for method in ("threshold", "sorted"):
+        got = backup.top_p_select(probs, mask, p=0.3, method=method)
+        assert_equal(got, torch.tensor([[True, False, False]]), "SAC-TOPP-1", f"{method}: top digit of a window")

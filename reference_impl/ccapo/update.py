@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from reference_impl import _checks
 from reference_impl.ccapo.losses import policy_loss
 
 REQUIRED = ("obs", "legal", "action", "logp_old", "advantage", "mask")
@@ -40,9 +41,7 @@ def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list, max
 
 
 def _check(batch: dict, epochs: int, minibatch_size: int, max_grad_norm: float) -> int:
-    missing = [k for k in REQUIRED if k not in batch]
-    if missing:
-        raise ValueError(f"[CCAPO-UPDATE-1] batch lacks field(s) {missing}")
+    _checks.has_fields(batch, REQUIRED, "CCAPO-UPDATE-1")
     n = batch["action"].shape[0]
     bad = {k: tuple(batch[k].shape) for k in REQUIRED if batch[k].dim() < 2 or batch[k].shape[0] != n}
     if bad:

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from reference_impl.ppo.losses import approx_kl, clip_fraction, clipped_policy_loss, ratio, value_loss
+from reference_impl import _checks
+from reference_impl.ppo.losses import (
+    approx_kl,
+    clip_fraction,
+    clipped_policy_loss,
+    ratio,
+    value_loss,
+)
 from reference_impl.ppo.masking import evaluate_actions
 
 LOSSES_BATCH_KEYS = ("obs", "action", "old_log_prob", "mask", "advantage", "return")
@@ -22,9 +29,7 @@ def losses(actor, critic, batch: dict, *, clip_eps: float = 0.2, vf_coef: float 
     Implements: PPO-LOSSES-1 (composing PPO-MASK-3, PPO-LOGP-1, PPO-ENT-1, PPO-RATIO-1, PPO-KL-1,
     PPO-CLIPFRAC-1, PPO-LOSS-1, PPO-LOSS-2, PPO-LOSS-3, PPO-GRAD-2).
     """
-    missing = [k for k in LOSSES_BATCH_KEYS if k not in batch]
-    if missing:
-        raise ValueError(f"[PPO-LOSSES-1] batch lacks field(s) {missing}")
+    _checks.has_fields(batch, LOSSES_BATCH_KEYS, "PPO-LOSSES-1")
     old = batch["old_log_prob"].detach()  # PPO-GRAD-2: the cached log-prob is a constant
     new, h = evaluate_actions(actor(batch["obs"]), batch["mask"], batch["action"])  # PPO-MASK-3, PPO-ENT-1
     r = ratio(new, old)  # PPO-RATIO-1

@@ -107,9 +107,7 @@ def minibatch_loss_deferred(actor: Callable, critic: Callable, mb: dict, *, clip
 
 
 def _check_batch(batch: dict) -> int:
-    missing = [k for k in REQUIRED if k not in batch]
-    if missing:
-        raise ValueError(f"[PPO-INPUT-5] batch lacks field(s) {missing}")
+    _checks.has_fields(batch, REQUIRED, "PPO-INPUT-5")
     n = batch["action"].shape[0]
     bad = {k: tuple(v.shape) for k, v in batch.items() if v.dim() == 0 or v.shape[0] != n}
     if bad:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from reference_impl import _checks
 from reference_impl.sac.backup import soft_value, td_target, top_p_soft_value
 from reference_impl.sac.losses import critic_loss, policy_loss, temperature_loss
 from reference_impl.sac.masking import entropy, masked_softmax, target_entropy
@@ -41,12 +42,6 @@ def policy_loss_from_logits(logits, q1, q2, legal_mask, *, alpha) -> torch.Tenso
     return policy_loss(masked_softmax(logits, legal_mask), q1, q2, legal_mask, alpha=alpha)  # SAC-POL-1
 
 
-def _check_batch(batch: dict) -> None:
-    missing = [k for k in LOSSES_BATCH_KEYS if k not in batch]
-    if missing:
-        raise ValueError(f"[SAC-LOSSES-1] batch lacks field(s) {missing}")
-
-
 def _taken(q_all: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     return q_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
 
@@ -75,7 +70,7 @@ def losses(policy, critic, target_critic, batch: dict, *, log_alpha: torch.Tenso
     Implements: SAC-LOSSES-1, SAC-LOSSES-2 (composing SAC-TD-1, SAC-V-1, SAC-CRITIC-1, SAC-POL-1,
     SAC-ENT-1, SAC-ENT-2, SAC-TEMP-2).
     """
-    _check_batch(batch)
+    _checks.has_fields(batch, LOSSES_BATCH_KEYS, "SAC-LOSSES-1")
     alpha = log_alpha.detach().exp()
     y = _target(policy, target_critic, batch, alpha, gamma, top_p)
     q1_all, q2_all = critic(batch["obs"])

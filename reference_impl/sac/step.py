@@ -224,9 +224,7 @@ def phase_diagnostics(order: Sequence[str], policy, critic, target, log_alpha, o
                       **hp) -> dict[str, torch.Tensor]:
     """The phases of :func:`update_step` in the given order; returns the diagnostics as 0-d tensors
     (no host read: a captured update records exactly this)."""
-    missing = [k for k in BATCH_KEYS if k not in batch]
-    if missing:
-        raise ValueError(f"[SAC-STEP-1] batch lacks field(s) {missing}")
+    _checks.has_fields(batch, BATCH_KEYS, "SAC-STEP-1")
     s = {"policy": policy, "critic": critic, "target": target, "log_alpha": log_alpha,
          "opt_q": optimizers["q"], "opt_pi": optimizers["pi"], "opt_alpha": optimizers["alpha"], "out": {}}
     for name in order:

@@ -1,0 +1,101 @@
+"""Meta-tests of the reference's entry points as a caller meets them: a batch that lacks a field, or a
+schedule argument outside its range, is refused by name, and a keyword left out takes the value of the
+family's defaults table.
+
+The contract passes every batch field and coefficient, so the clause tests never reach these; a caller of
+the reference (a trainer, an adapter's author reading it) does.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+from reference_impl.ccapo import update as ccapo_update
+from reference_impl.ppo import loss_level as ppo_loss_level
+from reference_impl.ppo import update as ppo_update
+from reference_impl.sac import data as sac_data
+from reference_impl.sac import loss_level as sac_loss_level
+from reference_impl.sac import step as sac_step
+
+pytestmark = pytest.mark.meta
+
+# (entry point, the fields it needs, the clause its refusal names); the batch is the only argument read
+# before the refusal, so the others are placeholders.
+ENTRY_POINTS = {
+    "sac.loss_level.losses": (lambda b: sac_loss_level.losses(None, None, None, b, log_alpha=None, gamma=0.9),
+                              sac_loss_level.LOSSES_BATCH_KEYS, "SAC-LOSSES-1"),
+    "sac.step.update_step": (lambda b: sac_step.update_step(None, None, None, None, {}, b),
+                             sac_step.BATCH_KEYS, "SAC-STEP-1"),
+    "ppo.loss_level.losses": (lambda b: ppo_loss_level.losses(None, None, b), ppo_loss_level.LOSSES_BATCH_KEYS,
+                              "PPO-LOSSES-1"),
+    "ppo.update.ppo_update": (lambda b: ppo_update.ppo_update(None, None, None, b, epochs=1, minibatch_size=1,
+                                                              clip_eps=0.2, vf_coef=0.5, ent_coef=0.01,
+                                                              max_grad_norm=0.5, target_kl=None),
+                              ppo_update.REQUIRED, "PPO-INPUT-5"),
+    "ccapo.update.ccapo_update": (lambda b: ccapo_update.make_ccapo_update()(None, None, None, b),
+                                  ccapo_update.REQUIRED, "CCAPO-UPDATE-1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_a_batch_missing_a_field_is_refused_by_name(name):
+    call, keys, clause = ENTRY_POINTS[name]
+    dropped = keys[len(keys) // 2]
+    with pytest.raises(ValueError, match=rf"^\[{clause}\] batch lacks field\(s\) \['{dropped}'\]$"):
+        call({k: None for k in keys if k != dropped})
+
+
+@pytest.mark.parametrize("call, clause", [
+    (lambda: sac_data.mix_counts(8, rho=1.5), "SAC-MIX-1"),
+    (lambda: sac_data.mix_counts(8, rho=1.0), "SAC-MIX-1"),  # no demo row: V2 always mixes in the teacher
+    (lambda: sac_data.mix_counts(8, rho=0.0), "SAC-MIX-1"),
+    (lambda: sac_data.dagger_teacher_ratio(-1, horizon=10), "SAC-DAGGER-1"),
+    (lambda: sac_data.dagger_teacher_ratio(0, horizon=0), "SAC-DAGGER-1"),
+], ids=["rho-1.5", "rho-1", "rho-0", "step-negative", "horizon-0"])
+def test_a_schedule_argument_out_of_range_is_refused_by_name(call, clause):
+    with pytest.raises(ValueError, match=rf"^\[{clause}\]"):
+        call()
+
+
+# Keywords whose name is a defaults-table key but whose default is deliberately another value, and why.
+NOT_THE_TABLE = {
+    ("reference_impl.sac.loss_level", "losses", "top_p"):
+        "the library-level call computes the full legal-set expectation by default (p = 1), as TorchRL does",
+    ("reference_impl.sac.reward", "info_nce", "tau"):
+        "the InfoNCE temperature; the table's tau is the soft target update rate (nce_tau is this one)",
+    ("reference_impl.ccapo.textworld.gigpo", "anchor_group_advantage", "eps"):
+        "GiGPO is a baseline beside CCAPO, not one of its formulas; its ε is its own (the module's docstring)",
+}
+
+
+def _keyword_defaults():
+    """(module, function, keyword, default, table value) for every keyword default of a reference function
+    whose name is a key of its family's defaults table."""
+    for family in ("sac", "ppo", "isreshape", "ccapo"):
+        table = importlib.import_module(f"reference_impl.{family}.defaults").DEFAULTS
+        pkg = importlib.import_module(f"reference_impl.{family}")
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            if info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for fname, fn in vars(module).items():
+                if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
+                    continue
+                for p in inspect.signature(fn).parameters.values():
+                    if p.default is not inspect.Parameter.empty and p.name in table:
+                        yield module.__name__, fname, p.name, p.default, table[p.name]
+
+
+def test_keyword_defaults_take_the_defaults_table():
+    """A keyword a caller leaves out gets the document's value (PPO's clip 0.2, SAC's κ 0.9, ...), except
+    where NOT_THE_TABLE says why not; each exception is still there (none goes stale)."""
+    found = list(_keyword_defaults())
+    assert len(found) >= 15, f"only {len(found)} keyword defaults found: the walk misses modules"
+    wrong = [f"{m}.{f}({k}={d!r}): the table says {t!r}" for m, f, k, d, t in found
+             if d != t and (m, f, k) not in NOT_THE_TABLE]
+    assert not wrong, "keyword defaults that differ from the defaults table:\n" + "\n".join(wrong)
+    stale = set(NOT_THE_TABLE) - {(m, f, k) for m, f, k, d, t in found if d != t}
+    assert not stale, f"exceptions that no longer apply: {sorted(stale)}"
