@@ -53,6 +53,15 @@ def test_gui_same_label_different_ids_share_a_node(ccapo):
     assert_equal(a, b, "CCAPO-FP-2", "one button, two builds")
 
 
+@pytest.mark.clause("CCAPO-FP-2")
+@pytest.mark.parametrize("eid", ["X9", "x_", "'q'", "9X"], ids=["leading-X", "trailing-underscore", "inner-quotes",
+                                                                  "trailing-X"])
+def test_gui_id_is_read_verbatim_between_its_quotes(ccapo, eid):
+    """Only the quotes around an id are syntax: the id's own characters, whatever they are, name the element."""
+    got = ccapo.fingerprint(f'tap(x=1, y=2, id="{eid}")', domain="gui", labels={eid: "Pay"})
+    assert_equal(got, "CLICK(Pay)", "CCAPO-FP-2", f"the label of id {eid!r}")
+
+
 @pytest.mark.clause("CCAPO-FP-3")
 def test_domains_are_dispatched(ccapo):
     assert_equal(ccapo.fingerprint("open fridge 1", domain="alfworld"), "OPEN(fridge)", "CCAPO-FP-3")
@@ -69,6 +78,8 @@ def test_anchor_golden(ccapo):
 @pytest.mark.parametrize("raw, domain, want", [
     ("https://shop.example.com/cart/?id=3#top", "web", "shop.example.com/cart"),
     ("http://shop.example.com/cart?id=9", "web", "shop.example.com/cart"),
+    ("shop.example.com/cart/", "web", "shop.example.com/cart"),  # no scheme: still host + path
+    ("https://shop.example.com/BOX/", "web", "shop.example.com/BOX"),  # only the slash is stripped
     ("com.app.CheckoutActivity", "android", "com.app.CheckoutActivity"),
     ("kitchen", "alfworld", "kitchen"),
 ])
@@ -81,6 +92,9 @@ def test_abstract_location(ccapo, raw, domain, want):
     ("put apple 1 in fridge 2", "minecraft", None),
     ('tap(x=5, y=8, id="btn_unknown")', "gui", LABELS),
     ("tap(x=5, y=8)", "gui", LABELS),
+    ('tap(x=5, y=8, id="btn_q1")', "gui", None),  # an id but no id -> label map at all
+    ("tap x=5, y=8", "gui", LABELS),  # not a call
+    ("fly(x=5, y=8)", "gui", LABELS),  # a call of no GUI verb
     ("fly to moon 1", "alfworld", None),
 ])
 def test_unknown_domain_or_label_is_rejected(ccapo, action, domain, labels):

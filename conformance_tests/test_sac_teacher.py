@@ -24,6 +24,11 @@ def test_mix_counts_golden(sac):
     assert_equal(sac.mix_counts(2048, rho=0.75), (1536, 512), "SAC-MIX-1")
 
 
+@pytest.mark.clause("SAC-MIX-1")
+def test_mix_counts_default_rho_is_three_quarters(sac):
+    assert_equal(sac.mix_counts(2048), (1536, 512), "SAC-MIX-1", "ρ left out: the document's 0.75")
+
+
 @pytest.mark.clause("SAC-DAGGER-1")
 @given(st.integers(0, 600_000), st.integers(0, 600_000), st.integers(1, 300_000))
 def test_teacher_ratio_anneals_linearly_then_holds(sac, s1, s2, horizon):
@@ -72,6 +77,16 @@ def test_relabel_mode_maps_to_nearest_legal_action(sac, case):
         assert_equal(int(action[b]), want, "SAC-TEACHER-1", f"row {b}")
         assert_equal(bool(relabeled[b]), not mn[b, t], "SAC-TEACHER-1", f"is_relabeled of row {b}")
         assert_equal(bool(accepted[b]), True, "SAC-TEACHER-1", "relabelled samples are kept")
+
+
+@pytest.mark.clause("SAC-TEACHER-1")
+def test_reject_is_the_default_mode(sac):
+    """mode left out: an illegal teacher action is dropped, not relabelled (the contract's default)."""
+    mask = torch.tensor([[True, False, False, True], [False, True, True, False]])
+    action, accepted, relabeled = sac.resolve_teacher_action(torch.tensor([2, 1]), mask)
+    assert_equal(accepted, [False, True], "SAC-TEACHER-1", "accepted exactly when legal")
+    assert_equal(relabeled, [False, False], "SAC-TEACHER-1", "the default never relabels")
+    assert_equal(action[1:], [1], "SAC-TEACHER-1", "a legal action passes unchanged")
 
 
 @pytest.mark.clause("SAC-TEACHER-1")

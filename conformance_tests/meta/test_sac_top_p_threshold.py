@@ -84,3 +84,40 @@ def test_threshold_finds_a_key_in_the_top_digit_of_a_window():
     for method in ("threshold", "sorted"):
         got = backup.top_p_select(probs, mask, p=0.3, method=method)
         assert_equal(got, torch.tensor([[True, False, False]]), "SAC-TOPP-1", f"{method}: top digit of a window")
+
+
+# float64 rows whose tied count m = ceil((p - above) / t) rounds the wrong way, so that one of the two exact
+# corrections after the division decides the set (found by a search over such rows; the kept sets are the
+# plain sort + cumsum formula's, written out). On float32 rows the division never needs them.
+_ROUNDING_ROWS = [
+    ([0.24205169752199365, 0.27756244132845936, *[0.03679391342700999] * 8, 0.02977714501431825,
+      0.011340850364213171], 0.7035837059855029, [1] * 7 + [0] * 5),  # the quotient lands one above: m − 1
+    ([*[0.047123218973707644] * 6, 0.013620930583392055, 0.02541357649256487, 0.03742417407126353],
+     0.23561609486853824, [1] * 6 + [0] * 3),  # the quotient lands one below: m + 1
+    ([*[0.023876137620936756] * 8, 0.008034969635208602, 0.006408956995371819, 0.008099097260555785],
+     0.11938068810468379, [1] * 6 + [0] * 5),
+]
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-TOPP-1")
+@pytest.mark.parametrize("row, p, kept", _ROUNDING_ROWS, ids=["one-above", "one-below", "one-below-8-ties"])
+def test_threshold_corrects_a_tie_count_that_the_division_rounds(row, p, kept):
+    probs = torch.tensor([row], dtype=torch.float64)
+    mask = torch.ones_like(probs, dtype=torch.bool)
+    for method in ("threshold", "sorted"):
+        got = backup.top_p_select(probs, mask, p=p, method=method)
+        assert_equal(got, torch.tensor([kept], dtype=torch.bool), "SAC-TOPP-1", f"{method}: ties counted exactly")
+
+
+@pytest.mark.meta
+@pytest.mark.clause("SAC-TOPP-1")
+def test_a_legal_mass_of_exactly_p_keeps_only_the_actions_that_carry_it():
+    """The legal mass is exactly p (0.5 + 0.25; the illegal action holds the rest): the set is the two
+    actions that reach it, not every legal action (the fallback for a legal mass short of p), so the legal
+    action of probability 0 stays out."""
+    probs = torch.tensor([[0.5, 0.25, 0.0, 0.25]])
+    mask = torch.tensor([[True, True, True, False]])
+    for method in ("threshold", "sorted"):
+        got = backup.top_p_select(probs, mask, p=0.75, method=method)
+        assert_equal(got, torch.tensor([[True, True, False, False]]), "SAC-TOPP-1", f"{method}: mass exactly p")

@@ -54,6 +54,12 @@ _GUI_VERBS = {"tap": "CLICK", "click": "CLICK", "long_press": "LONG_PRESS", "typ
 _GUI_TARGETED = {"CLICK", "LONG_PRESS", "TYPE"}
 
 
+def _unquote(value: str) -> str:
+    """A keyword's value without the one pair of quotes around it; quotes inside are the value's own."""
+    v = value.strip()
+    return v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'" else v
+
+
 def gui_fingerprint(raw_action: str, *, labels: Mapping[str, str] | None = None) -> str:
     """``tap(x=500, y=800, id="btn_x9z")`` with labels {"btn_x9z": "Submit"} -> ``CLICK(Submit)``.
 
@@ -64,7 +70,7 @@ def gui_fingerprint(raw_action: str, *, labels: Mapping[str, str] | None = None)
     if not m or m.group(1).lower() not in _GUI_VERBS:
         raise ValueError(f"[CCAPO-INPUT-4] not a GUI action call: {raw_action!r}")
     verb = _GUI_VERBS[m.group(1).lower()]
-    kw = {k: v.strip().strip("\"'") for k, v in _GUI_KW.findall(m.group(2))}
+    kw = {k: _unquote(v) for k, v in _GUI_KW.findall(m.group(2))}
     if verb in _GUI_TARGETED:
         eid = kw.get("id")
         if eid is None or labels is None or eid not in labels:
