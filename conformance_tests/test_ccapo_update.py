@@ -103,7 +103,8 @@ def _o_run(W, V, ref, batch, minibatches, *, clip_eps, beta_kl, max_norm, logp_r
             W -= LR * coef * grads[0]
             V -= LR * coef * grads[1]
         steps.append({"grads": [coef * g for g in grads], "params": [W.detach().clone(), V.detach().clone()],
-                      "loss": float(loss.detach()), "kl_ref": float(kl.detach()), "clipped": coef < 1.0})
+                      "loss": float(loss.detach()), "kl_ref": float(kl.detach()), "clipped": coef < 1.0,
+                      "grad_norm": norm})
     return steps
 
 
@@ -170,6 +171,7 @@ def test_update_trajectory_matches_a_from_scratch_loop(ccapo, seed, minibatch_si
         for k, (rec, s) in enumerate(zip(r["records"], r["want"])):
             assert_close(rec["loss"], s["loss"], CLAUSE, what=f"loss reported for minibatch {k}")
             assert_close(rec["kl_ref"], s["kl_ref"], CLAUSE, what=f"kl_ref reported for minibatch {k}")
+            assert_close(rec["grad_norm"], s["grad_norm"], CLAUSE, what=f"grad_norm (before clipping), minibatch {k}")
 
 
 @pytest.mark.clause(CLAUSE)

@@ -129,7 +129,8 @@ class CcapoOps(Protocol):
         the negated objective of ``policy_loss`` on its rows with the KL to π_ref at the stored
         actions (π_ref frozen: no gradient), clips the policy's global gradient norm at
         ``max_grad_norm`` and steps (CCAPO-UPDATE-1). Returns one dict per minibatch: float loss,
-        loss_clip, loss_kl, kl_ref, approx_kl, clip_fraction, grad_norm, int epoch, minibatch."""
+        loss_clip, loss_kl, kl_ref, approx_kl, clip_fraction, grad_norm (the policy's gradient norm before
+        clipping), int epoch, minibatch."""
 
 
 # The result dict of the policy loss, by key: each key's clause, what it holds, whether it is required.

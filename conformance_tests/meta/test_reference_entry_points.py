@@ -12,6 +12,7 @@ import inspect
 import pkgutil
 
 import pytest
+import torch
 
 from reference_impl.ccapo import update as ccapo_update
 from reference_impl.ppo import loss_level as ppo_loss_level
@@ -58,6 +59,24 @@ def test_a_batch_missing_a_field_is_refused_by_name(name):
 def test_a_schedule_argument_out_of_range_is_refused_by_name(call, clause):
     with pytest.raises(ValueError, match=rf"^\[{clause}\]"):
         call()
+
+
+def _ccapo_batch(n: int = 2, t: int = 3, actions: int = 4) -> dict:
+    return {"obs": torch.zeros(n, t, 1), "legal": torch.ones(n, t, actions, dtype=torch.bool),
+            "action": torch.zeros(n, t, dtype=torch.long), "logp_old": torch.zeros(n, t),
+            "advantage": torch.zeros(n, t), "mask": torch.ones(n, t, dtype=torch.bool)}
+
+
+@pytest.mark.parametrize("change, kwargs, clause", [
+    ({"advantage": torch.zeros(2)}, {}, "CCAPO-UPDATE-1"),  # one value per trajectory, not per step
+    ({"mask": torch.ones(3, 3, dtype=torch.bool)}, {}, "CCAPO-UPDATE-1"),  # another number of trajectories
+    ({}, {"max_grad_norm": 0.0}, "CCAPO-INPUT-5"),
+    ({}, {"epochs": 0}, "CCAPO-INPUT-5"),
+], ids=["per-trajectory-field", "trajectory-count", "zero-clip-norm", "no-epoch"])
+def test_ccapo_update_refuses_a_misshapen_batch_or_a_setting_out_of_range(change, kwargs, clause):
+    """Refused before any network runs (the policies here are placeholders)."""
+    with pytest.raises(ValueError, match=rf"^\[{clause}\]"):
+        ccapo_update.make_ccapo_update()(None, None, None, {**_ccapo_batch(), **change}, **kwargs)
 
 
 # Keywords whose name is a defaults-table key but whose default is deliberately another value, and why.
