@@ -233,3 +233,13 @@ def test_a_device_that_is_not_there_exits_3_before_any_test(tmp_path, device, me
         code = cli.main(["audit", "--device", device, "--family", "ppo", "--out", str(tmp_path)])
     assert code == 3 and message in err.getvalue(), (code, err.getvalue())
     assert not (tmp_path / "report.json").exists()
+
+
+def test_diagnostics_that_mix_python_numbers_with_device_tensors_join_on_the_device(sim):
+    """A minibatch step may report a Python number beside its 0-d device tensors: the diagnostics are stacked
+    on the tensors' device (one transfer), as a GPU needs; a host tensor inside a stack is refused there."""
+    from reference_impl.ppo.update import as_floats
+
+    with simdevice.implementation_call():
+        out = as_floats({"loss": torch.tensor(0.5, device=simdevice.DEVICE), "kl": 0.25})
+    assert out == {"loss": 0.5, "kl": 0.25}

@@ -90,9 +90,12 @@ NOT_THE_TABLE = {
 }
 
 
+ALIASES = {"lam_cql": "lambda_cql", "lam_bc": "lambda_bc"}  # short keyword names of table keys
+
+
 def _keyword_defaults():
     """(module, function, keyword, default, table value) for every keyword default of a reference function
-    whose name is a key of its family's defaults table."""
+    whose name (or its ALIASES entry) is a key of its family's defaults table."""
     for family in ("sac", "ppo", "isreshape", "ccapo"):
         table = importlib.import_module(f"reference_impl.{family}.defaults").DEFAULTS
         pkg = importlib.import_module(f"reference_impl.{family}")
@@ -104,8 +107,9 @@ def _keyword_defaults():
                 if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
                     continue
                 for p in inspect.signature(fn).parameters.values():
-                    if p.default is not inspect.Parameter.empty and p.name in table:
-                        yield module.__name__, fname, p.name, p.default, table[p.name]
+                    key = ALIASES.get(p.name, p.name)
+                    if p.default is not inspect.Parameter.empty and key in table:
+                        yield module.__name__, fname, p.name, p.default, table[key]
 
 
 def test_keyword_defaults_take_the_defaults_table():
