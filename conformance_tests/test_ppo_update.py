@@ -185,13 +185,17 @@ def test_first_step_follows_the_gradient_of_the_documented_loss(ppo, r, attached
 # ----------------------------------------------------------------------------- PPO-GRAD-1 (in the loop)
 @pytest.mark.clause("PPO-GRAD-1")
 @given(st_.rollouts(), st.floats(1e-3, 0.05))
-def test_update_clips_the_actor_gradient_norm(ppo, r, max_norm):
+def test_update_clips_the_gradient_norm_of_each_network(ppo, r, max_norm):
+    """Both networks' steps are the clipped gradients (each network's own norm, or one norm over both under
+    the declared grad_clip_scope); the bound is small enough that the critic's is clipped too."""
     actor, critic, opt, batch = setup(ppo, r, lr=1.0)
     ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=max_norm,
                    target_kl=None, generator=generator(0), **HP)
-    expected, _ = np_clip_steps(*oracle_first_gradient(r, batch), max_norm)
+    expected, expected_v = np_clip_steps(*oracle_first_gradient(r, batch), max_norm)
     step = r["logits"].numpy() - to_numpy(actor.table)
     assert_close(torch.from_numpy(step), expected, "PPO-GRAD-1", what="actor step = lr x clipped gradient")
+    step_v = r["values"].numpy() - to_numpy(critic.v)
+    assert_close(torch.from_numpy(step_v), expected_v, "PPO-GRAD-1", what="critic step = lr x clipped gradient")
 
 
 # ----------------------------------------------------------------------------- PPO-LOSS-4 (in the loop)

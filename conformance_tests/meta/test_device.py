@@ -243,3 +243,22 @@ def test_diagnostics_that_mix_python_numbers_with_device_tensors_join_on_the_dev
     with simdevice.implementation_call():
         out = as_floats({"loss": torch.tensor(0.5, device=simdevice.DEVICE), "kl": 0.25})
     assert out == {"loss": 0.5, "kl": 0.25}
+
+
+def test_the_ppo_update_shuffles_on_its_generators_device(sim):
+    """A generator on the device draws the minibatch order there (a device generator handed to an op that
+    makes host tensors is refused, as on CUDA), and the update runs through on the device."""
+    from reference_impl.ppo.update import ppo_update
+
+    torch.manual_seed(0)
+    actor, critic = torch.nn.Linear(5, 4).to(simdevice.DEVICE), torch.nn.Linear(5, 1).to(simdevice.DEVICE)
+    opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=0.1)
+    mask = torch.ones(6, 4, dtype=torch.bool)
+    batch = {k: v.to(simdevice.DEVICE) for k, v in {
+        "obs": torch.randn(6, 5), "action": torch.zeros(6, dtype=torch.long), "old_log_prob": torch.full((6,), -1.4),
+        "mask": mask, "advantage": torch.randn(6), "return": torch.randn(6)}.items()}
+    gen = torch.Generator(device=simdevice.DEVICE).manual_seed(1)
+    with simdevice.implementation_call():
+        recs = ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=4, clip_eps=0.2, vf_coef=0.5,
+                          ent_coef=0.0, max_grad_norm=0.5, target_kl=None, generator=gen)
+    assert len(recs) == 4 and actor.weight.device == simdevice.DEVICE

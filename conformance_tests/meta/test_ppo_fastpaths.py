@@ -57,7 +57,7 @@ def test_fused_loss_terms_equal_the_plain_ones(seed, dtype, spread):
     assert_close(gv, want_gv, "PPO-LOSS-2", what="gradient into the values")
 
 
-def _run(guards: bool, target_kl, minibatch_loss):
+def _run(guards: bool, target_kl, minibatch_loss, **kwargs):
     torch.manual_seed(0)
     actor, critic = torch.nn.Linear(5, 9), torch.nn.Linear(5, 1)
     opt = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=0.05)
@@ -67,7 +67,7 @@ def _run(guards: bool, target_kl, minibatch_loss):
     with _checks.validation(guards):
         recs = update.ppo_update(actor, critic, opt, batch, epochs=3, minibatch_size=16, max_grad_norm=0.5,
                                  target_kl=target_kl, generator=torch.Generator().manual_seed(2),
-                                 minibatch_loss=minibatch_loss, **HP)
+                                 minibatch_loss=minibatch_loss, **HP, **kwargs)
     return [p.detach() for p in (*actor.parameters(), *critic.parameters())], recs
 
 
@@ -85,3 +85,72 @@ def test_fused_update_follows_the_plain_one(target_kl, guards):
         assert_equal(type(g_["approx_kl"]), float, "PPO-UPDATE-1", "metrics are Python floats")
         for k in w:
             assert_close(torch.tensor(float(g_[k])), torch.tensor(float(w[k])), "PPO-LOSS-3", what=f"record {k}")
+
+
+@pytest.mark.clause("PPO-UPDATE-1")
+def test_metrics_synced_across_ranks_are_the_ones_recorded():
+    """Under data parallelism each minibatch's metrics pass through ``sync_metrics`` (one call per minibatch,
+    its result recorded); an identity sync leaves the update and its records as they are without one."""
+    calls = []
+
+    def sync(m):
+        calls.append(dict(m))
+        return {k: v + (100.0 if k == "entropy" else 0.0) for k, v in m.items()}  # a visible mark
+
+    want_p, want_r = _run(False, None, update.minibatch_loss_deferred)
+    got_p, got_r = _run(False, None, update.minibatch_loss_deferred, sync_metrics=sync)
+    assert len(calls) == len(want_r) == len(got_r)
+    for w, g_ in zip(want_p, got_p):
+        assert_equal(g_, w, "PPO-UPDATE-1", "a metrics sync does not change the steps")
+    for w, g_ in zip(want_r, got_r):
+        assert g_["entropy"] == pytest.approx(w["entropy"] + 100.0) and g_["approx_kl"] == pytest.approx(w["approx_kl"])
+
+
+@pytest.mark.clause("PPO-LOSS-3")
+def test_the_float_diagnostics_minibatch_loss_is_the_deferred_one_read_once():
+    """``update.minibatch_loss`` (float diagnostics; the shipped mutants build on it) is the deferred loss
+    with its diagnostics read to the host: the same loss, the same numbers."""
+    torch.manual_seed(0)
+    actor, critic = torch.nn.Linear(5, 9), torch.nn.Linear(5, 1)
+    _, _, mb, old = _case(5, torch.float32, n=16, spread=0.1)
+    mb = {**mb, "obs": torch.randn(16, 5, generator=torch.Generator().manual_seed(3)), "old_log_prob": old}
+    loss, floats = update.minibatch_loss(actor, critic, mb, **HP)
+    want, tensors = update.minibatch_loss_deferred(actor, critic, mb, **HP)
+    assert_equal(loss, want, "PPO-LOSS-3", "the same loss")
+    assert floats.keys() == tensors.keys() and all(type(v) is float for v in floats.values())
+    for k, v in tensors.items():
+        assert floats[k] == float(v), k
+
+
+@pytest.mark.clause("PPO-UPDATE-1")
+def test_without_a_generator_the_update_shuffles_with_the_global_one():
+    """``generator`` left out (the contract's default): the shuffle draws from torch's global generator, so the
+    same global seed gives the same update, and every minibatch of every epoch is recorded."""
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        actor, critic = torch.nn.Linear(5, 9), torch.nn.Linear(5, 1)
+        opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=0.1)
+        _, _, mb, old = _case(3, torch.float32, n=20, spread=0.1)
+        batch = {**mb, "obs": torch.randn(20, 5, generator=torch.Generator().manual_seed(1)), "old_log_prob": old}
+        recs = update.ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=8, max_grad_norm=0.5,
+                                 target_kl=None, **HP)
+        runs.append(([p.detach() for p in (*actor.parameters(), *critic.parameters())], recs))
+    assert [(r["epoch"], r["minibatch"]) for r in runs[0][1]] == [(e, k) for e in range(2) for k in range(3)]
+    for a, b in zip(runs[0][0], runs[1][0]):
+        assert_equal(a, b, "PPO-UPDATE-1", "the same global seed, the same update")
+
+
+def test_parameter_groups_clip_a_shared_parameter_once_and_accept_plain_functions():
+    """Actor parameters, then the critic's that the actor does not already hold; a network given as a plain
+    function (no parameters) adds no group."""
+    trunk = torch.nn.Linear(3, 3)
+    actor = torch.nn.Sequential(trunk, torch.nn.Linear(3, 4))
+    critic = torch.nn.Sequential(trunk, torch.nn.Linear(3, 1))
+    actor_ps, critic_ps = list(actor.parameters()), list(critic[1].parameters())
+    groups = update._param_groups(actor, critic)
+    assert [[id(p) for p in g] for g in groups] == [[id(p) for p in actor_ps], [id(p) for p in critic_ps]]
+    assert [[id(p) for p in g] for g in update._param_groups(actor, lambda obs: obs.sum(-1))] == \
+        [[id(p) for p in actor_ps]]
+    assert [[id(p) for p in g] for g in update._param_groups(lambda obs: obs, critic)] == \
+        [[id(p) for p in critic.parameters()]]

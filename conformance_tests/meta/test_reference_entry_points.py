@@ -61,6 +61,14 @@ def test_a_schedule_argument_out_of_range_is_refused_by_name(call, clause):
         call()
 
 
+def test_ppo_update_refuses_no_epoch_on_its_own():
+    batch = {"obs": torch.zeros(2, 1), "action": torch.zeros(2, dtype=torch.long), "old_log_prob": torch.zeros(2),
+             "mask": torch.ones(2, 3, dtype=torch.bool), "advantage": torch.zeros(2), "return": torch.zeros(2)}
+    with pytest.raises(ValueError, match=r"^\[PPO-INPUT-4\]"):
+        ppo_update.ppo_update(None, None, None, batch, epochs=0, minibatch_size=1, clip_eps=0.2, vf_coef=0.5,
+                              ent_coef=0.01, max_grad_norm=0.5, target_kl=None)
+
+
 def _ccapo_batch(n: int = 2, t: int = 3, actions: int = 4) -> dict:
     return {"obs": torch.zeros(n, t, 1), "legal": torch.ones(n, t, actions, dtype=torch.bool),
             "action": torch.zeros(n, t, dtype=torch.long), "logp_old": torch.zeros(n, t),
