@@ -154,3 +154,50 @@ def test_parameter_groups_clip_a_shared_parameter_once_and_accept_plain_function
         [[id(p) for p in actor_ps]]
     assert [[id(p) for p in g] for g in update._param_groups(lambda obs: obs, critic)] == \
         [[id(p) for p in critic.parameters()]]
+
+
+def _on_the_edge(new: torch.Tensor, target: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Old log-probs that put the ratio exp(new − old), as torch computes it, exactly on ``target`` (a walk over
+    the last bits of old, from new − log(target)), and which rows it reached (exp skips some values)."""
+    import math
+
+    old = new - math.log(target)
+    for _ in range(64):
+        r = torch.exp(new - old)
+        old = torch.where(r == target, old, torch.nextafter(old, torch.where(r > target, math.inf, -math.inf)))
+    return old, torch.exp(new - old) == target
+
+
+@pytest.mark.clause("PPO-LOSS-1")
+@pytest.mark.parametrize("edge", [0.8, 1.2], ids=["ratio-at-1-eps", "ratio-at-1+eps"])
+def test_fused_gradient_at_a_ratio_exactly_on_the_clip_edge(edge):
+    """r = 1 ± ε exactly: the two objectives tie and the clamp sits on its edge, where autograd takes half of
+    each branch and the clamp passes the gradient, so the gradient is the unclipped one. The fused path, fed
+    ratios exactly on the edge (every action legal: its log-probs are log_softmax(z) itself), must give the
+    plain gradient with ε = 0.5, where r is inside the range (the plain path's own ratios may sit an ulp
+    off the edge, where the gradient of a row with A < 0 jumps to 0)."""
+    logits, values, mb, _ = _case(7, torch.float64, n=48)
+    mb = {**mb, "mask": torch.ones_like(mb["mask"])}
+    new = torch.log_softmax(logits, -1).gather(1, mb["action"][:, None]).squeeze(1)
+    old, hit = _on_the_edge(new, edge)
+    logits, values, old = logits[hit], values[hit], old[hit]
+    mb = {k: v[hit] for k, v in mb.items()}
+    assert bool((mb["advantage"] < 0).sum() >= 3 and (mb["advantage"] > 0).sum() >= 3), "too few rows on the edge"
+    z, v = logits.clone().requires_grad_(), values.clone().requires_grad_()
+    loss, _ = update.loss_terms_deferred(z, v, mb, old_log_prob=old, **{**HP, "clip_eps": 0.5})
+    want = torch.autograd.grad(loss, z)[0]
+    zf, vf = logits.clone().requires_grad_(), values.clone().requires_grad_()
+    got = torch.autograd.grad(fast.loss_terms_fused(zf, vf, mb, old_log_prob=old, **HP)[0], zf)[0]
+    assert_close(got, want, "PPO-LOSS-1", what=f"gradient into the logits at r = {edge}, ε = {HP['clip_eps']}")
+
+
+@pytest.mark.clause("PPO-LOSS-3")
+def test_fused_gradient_scales_with_the_upstream_gradient():
+    """A loss scaled before backward (accumulation, a loss weight) scales both closed-form gradients."""
+    logits, values, mb, old = _case(2, torch.float64, spread=0.3)
+    grads = []
+    for fn in (update.loss_terms_deferred, fast.loss_terms_fused):
+        z, v = logits.clone().requires_grad_(), values.clone().requires_grad_()
+        grads.append(torch.autograd.grad(-3.0 * fn(z, v, mb, old_log_prob=old, **HP)[0], (z, v)))
+    assert_close(grads[1][0], grads[0][0], "PPO-LOSS-3", what="logits gradient of -3 x loss")
+    assert_close(grads[1][1], grads[0][1], "PPO-LOSS-3", what="values gradient of -3 x loss")
