@@ -123,10 +123,14 @@ def test_fused_critic_head_equals_the_plain_total(blocks, seed, dtype, masked, u
 
 
 @pytest.mark.clause("SAC-POL-3", "SAC-BC-1", "SAC-ENT-2")
+@pytest.mark.parametrize("demos", ["drawn", "one", "none"])  # BC's mean over demo rows at its edges
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_fused_policy_head_equals_the_plain_total(blocks, seed, dtype):
+def test_fused_policy_head_equals_the_plain_total(blocks, seed, dtype, demos):
     logits, mask, q1, q2, actions, demo = _case(seed, dtype)
+    if demos != "drawn":
+        demo = torch.zeros_like(demo)
+        demo[1] = demos == "one"
     alpha = torch.tensor(0.7, dtype=dtype)
     z = logits.clone().requires_grad_()
     pi = masking.masked_softmax(z, mask)
