@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import pkgutil
 
 import pytest
 import torch
 
+from reference_impl.ccapo import scoring as ccapo_scoring
 from reference_impl.ccapo import update as ccapo_update
 from reference_impl.ppo import loss_level as ppo_loss_level
 from reference_impl.ppo import update as ppo_update
@@ -67,6 +69,26 @@ def test_ppo_update_refuses_no_epoch_on_its_own():
     with pytest.raises(ValueError, match=r"^\[PPO-INPUT-4\]"):
         ppo_update.ppo_update(None, None, None, batch, epochs=0, minibatch_size=1, clip_eps=0.2, vf_coef=0.5,
                               ent_coef=0.01, max_grad_norm=0.5, target_kl=None)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ccapo_scoring.importance(torch.ones(2), torch.ones(2), alpha_smooth=math.inf),
+    lambda: ccapo_scoring.distance_decay(torch.ones(2), distance_exponent=math.inf),
+    lambda: ccapo_scoring.q_stdb(torch.ones(2), torch.ones(2), torch.ones(2), lam=math.inf),
+], ids=["alpha_smooth", "distance_exponent", "lam"])
+def test_an_infinite_scoring_hyper_parameter_is_refused_by_name(call):
+    """CCAPO-INPUT-5 names the non-positive ones; the reference refuses an infinite one too (it would score every
+    edge 1 or 0, silently)."""
+    with pytest.raises(ValueError, match=r"^\[CCAPO-INPUT-5\]"):
+        call()
+
+
+@pytest.mark.parametrize("negative", ["importance", "criticality", "distance"])
+def test_a_negative_scoring_factor_is_refused_naming_it(negative):
+    factors = {name: torch.ones(2) for name in ("importance", "criticality", "distance")}
+    factors[negative] = torch.tensor([1.0, -0.5])
+    with pytest.raises(ValueError, match=rf"^\[CCAPO-INPUT-2\] {negative} is negative$"):
+        ccapo_scoring.q_stdb(factors["importance"], factors["criticality"], factors["distance"])
 
 
 def _ccapo_batch(n: int = 2, t: int = 3, actions: int = 4) -> dict:
