@@ -17,6 +17,7 @@ import torch
 
 from reference_impl.ccapo import scoring as ccapo_scoring
 from reference_impl.ccapo import update as ccapo_update
+from reference_impl.ppo import advantage as ppo_advantage
 from reference_impl.ppo import loss_level as ppo_loss_level
 from reference_impl.ppo import update as ppo_update
 from reference_impl.sac import data as sac_data
@@ -89,6 +90,31 @@ def test_a_negative_scoring_factor_is_refused_naming_it(negative):
     factors[negative] = torch.tensor([1.0, -0.5])
     with pytest.raises(ValueError, match=rf"^\[CCAPO-INPUT-2\] {negative} is negative$"):
         ccapo_scoring.q_stdb(factors["importance"], factors["criticality"], factors["distance"])
+
+
+def _gae(**change):
+    t = torch.zeros(2, 3)
+    args = {"reward": t, "value": t, "next_value": t, "done": torch.zeros(2, 3, dtype=torch.bool), **change}
+    kwargs = {k: args.pop(k) for k in ("gamma", "lam", "truncated") if k in args}
+    return ppo_advantage.gae(args["reward"], args["value"], args["next_value"], args["done"],
+                             **{"gamma": 0.99, "lam": 0.95, **kwargs})
+
+
+@pytest.mark.parametrize("name", ["reward", "value", "next_value"])
+def test_gae_names_the_input_that_is_not_finite(name):
+    bad = torch.zeros(2, 3)
+    bad[1, 2] = math.nan
+    with pytest.raises(ValueError, match=rf"^\[PPO-GAE-1\] {name} contains NaN or inf$"):
+        _gae(**{name: bad})
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"gamma": 1.5}, r"^\[PPO-GAE-1\] gamma=1.5"), ({"lam": 1.5}, r"^\[PPO-GAE-1\] lam=1.5"),
+    ({"truncated": torch.zeros(2, 2, dtype=torch.bool)}, r"^\[PPO-GAE-2\] shapes differ: \{'truncated': \(2, 2\)"),
+], ids=["gamma-above-1", "lambda-above-1", "truncated-shape"])
+def test_gae_refuses_a_setting_or_flag_out_of_place_by_name(change, match):
+    with pytest.raises(ValueError, match=match):
+        _gae(**change)
 
 
 def _ccapo_batch(n: int = 2, t: int = 3, actions: int = 4) -> dict:
