@@ -15,6 +15,7 @@ import pkgutil
 import pytest
 import torch
 
+from reference_impl.ccapo import advantages as ccapo_advantages
 from reference_impl.ccapo import scoring as ccapo_scoring
 from reference_impl.ccapo import update as ccapo_update
 from reference_impl.ppo import advantage as ppo_advantage
@@ -82,6 +83,19 @@ def test_an_infinite_scoring_hyper_parameter_is_refused_by_name(call):
     edge 1 or 0, silently)."""
     with pytest.raises(ValueError, match=r"^\[CCAPO-INPUT-5\]"):
         call()
+
+
+@pytest.mark.parametrize("name", ["a_macro", "a_micro"])
+def test_fusion_names_the_advantage_that_is_not_finite(name):
+    adv = {"a_macro": torch.zeros(2), "a_micro": torch.zeros(2, 3)}
+    adv[name] = adv[name].clone().fill_(math.inf)
+    with pytest.raises(ValueError, match=rf"^\[CCAPO-INPUT-1\] {name} contains NaN or inf$"):
+        ccapo_advantages.fuse_advantages(adv["a_macro"], adv["a_micro"])
+
+
+def test_fusion_refuses_an_infinite_beta():
+    with pytest.raises(ValueError, match=r"^\[CCAPO-INPUT-5\] beta=inf"):
+        ccapo_advantages.fuse_advantages(torch.zeros(2), torch.zeros(2, 3), beta=math.inf)
 
 
 @pytest.mark.parametrize("negative", ["importance", "criticality", "distance"])
