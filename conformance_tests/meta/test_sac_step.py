@@ -1,0 +1,69 @@
+"""Meta-tests of the reference's SAC update step (reference_impl/sac/step.py) where its options and its report
+meet a caller: the plain path takes no fused head, option B's policy loss keeps its Top-p mass, the diagnostics
+are the documented ones, and a one-element log α is read like a 0-d one.
+"""
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+
+from conformance_tests.harness import assert_close
+from conformance_tests.meta.test_sac_graph import A, D, _batch, _nets, _state
+from reference_impl import _checks
+from reference_impl.sac import fast, masking, step
+from reference_impl.sac.losses import policy_loss_total
+from reference_impl.sac.step import policy_objective, step_hp, update_step
+
+pytestmark = pytest.mark.meta
+
+# update_step's report, as its docstring lists it
+DIAGNOSTICS = {"critic_loss", "cql_loss", "policy_loss", "bc_loss", "alpha_loss", "critic_grad_norm",
+               "policy_grad_norm", "target_mean", "q_mean", "top_p_coverage", "demo_share", "entropy",
+               "target_entropy", "alpha"}
+
+
+def _refuse(*_a, **_k):
+    raise AssertionError("a fused head ran on the plain path")
+
+
+@pytest.mark.clause("SAC-STEP-1")
+def test_the_plain_path_takes_no_fused_head():
+    """fast=False is the oracle of the fused heads: it must not run any of them (a plain path that did would
+    make every differential test compare a head with itself)."""
+    with mock.patch.multiple(fast, critic_heads_fused=_refuse, policy_head_fused=_refuse,
+                             top_p_backup_fused=_refuse), mock.patch.multiple(
+            step, critic_heads_fused=_refuse, policy_head_fused=_refuse, top_p_backup_fused=_refuse):
+        out = update_step(*_nets(5, D, A), _batch(40), top_p=0.9, fast=False)
+    assert set(out) == DIAGNOSTICS
+
+
+@pytest.mark.clause("SAC-POL-3", "SAC-POL-2")
+def test_option_b_policy_loss_keeps_its_top_p_mass():
+    """policy_use_topp: the policy objective is L_π over the Top-p set (SAC-POL-2) plus BC, at the step's p."""
+    nets, b = _nets(6, D, A), _batch(41)
+    s = _state(nets)
+    hp = step_hp(top_p=0.7, policy_use_topp=True, lambda_bc=0.2)
+    with _checks.validation(False):
+        loss, _, _ = policy_objective(s, b, hp)
+        with torch.no_grad():
+            pi = masking.masked_softmax(s["policy"](b["obs"]), b["legal_mask"])
+            q1, q2 = s["critic"](b["obs"])
+            want = policy_loss_total(pi, q1, q2, b["legal_mask"], b["action"], b["is_demo"],
+                                     alpha=s["log_alpha"].detach().exp(), lam_bc=0.2, p=0.7)
+    assert_close(loss.detach(), want, "SAC-POL-3", what="option B total at p = 0.7")
+
+
+@pytest.mark.clause("SAC-STEP-1")
+def test_the_report_is_the_documented_diagnostics_with_a_one_element_log_alpha():
+    """The diagnostics are exactly the documented names, and a log α of shape [1] reports like a 0-d one."""
+    scalar, vector = _nets(7, D, A), list(_nets(7, D, A))
+    vector[3] = vector[3].detach().reshape(1).requires_grad_(True)
+    vector[4]["alpha"] = torch.optim.Adam([vector[3]], lr=0.05)
+    with _checks.validation(False):
+        got = update_step(*vector, _batch(42), top_p=0.9)
+        want = update_step(*scalar, _batch(42), top_p=0.9)
+    assert set(got) == set(want) == DIAGNOSTICS
+    for k in DIAGNOSTICS:
+        assert_close(torch.tensor(got[k]), torch.tensor(want[k]), "SAC-STEP-1", what=k)
