@@ -54,12 +54,14 @@ def test_gui_same_label_different_ids_share_a_node(ccapo):
 
 
 @pytest.mark.clause("CCAPO-FP-2")
-@pytest.mark.parametrize("eid", ["X9", "x_", "'q'", "9X"], ids=["leading-X", "trailing-underscore", "inner-quotes",
-                                                                  "trailing-X"])
-def test_gui_id_is_read_verbatim_between_its_quotes(ccapo, eid):
-    """Only the quotes around an id are syntax: the id's own characters, whatever they are, name the element."""
-    got = ccapo.fingerprint(f'tap(x=1, y=2, id="{eid}")', domain="gui", labels={eid: "Pay"})
-    assert_equal(got, "CLICK(Pay)", "CCAPO-FP-2", f"the label of id {eid!r}")
+@pytest.mark.parametrize("written, eid", [
+    ('"X9"', "X9"), ('"x_"', "x_"), ('"\'q\'"', "'q'"), ('"9X"', "9X"), ('""', ""), ("b7", "b7"), ("X9X", "X9X"),
+], ids=["leading-X", "trailing-underscore", "inner-quotes", "trailing-X", "empty", "unquoted", "unquoted-X"])
+def test_gui_id_is_read_verbatim_between_its_quotes(ccapo, written, eid):
+    """Only the quotes around an id are syntax: the id's own characters, whatever they are, name the element;
+    an id written without quotes is read as it stands."""
+    got = ccapo.fingerprint(f"tap(x=1, y=2, id={written})", domain="gui", labels={eid: "Pay"})
+    assert_equal(got, "CLICK(Pay)", "CCAPO-FP-2", f"the label of id {written}")
 
 
 @pytest.mark.clause("CCAPO-FP-3")

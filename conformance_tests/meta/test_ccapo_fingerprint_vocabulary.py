@@ -38,3 +38,12 @@ def test_gui_vocabulary(raw, want):
 ])
 def test_web_location_normal_forms(raw, want):
     assert abstract_location(raw, domain="web") == want
+
+
+@pytest.mark.parametrize("raw, want", [
+    ("take the red apple from a counter", "TAKE(red apple, counter)"),  # articles are noise
+    ("put an apple in the box", "PUT(apple, box)"),  # "in" separates the arguments
+    ("take key 2 from chest 1", "TAKE(key, chest)"),  # instance numbers are dropped
+])
+def test_textworld_vocabulary(raw, want):
+    assert fingerprint(raw, domain="textworld") == want
