@@ -142,11 +142,34 @@ def _ccapo_batch(n: int = 2, t: int = 3, actions: int = 4) -> dict:
     ({"mask": torch.ones(3, 3, dtype=torch.bool)}, {}, "CCAPO-UPDATE-1"),  # another number of trajectories
     ({}, {"max_grad_norm": 0.0}, "CCAPO-INPUT-5"),
     ({}, {"epochs": 0}, "CCAPO-INPUT-5"),
-], ids=["per-trajectory-field", "trajectory-count", "zero-clip-norm", "no-epoch"])
+    ({}, {"minibatch_size": 0}, "CCAPO-INPUT-5"),
+], ids=["per-trajectory-field", "trajectory-count", "zero-clip-norm", "no-epoch", "empty-minibatch"])
 def test_ccapo_update_refuses_a_misshapen_batch_or_a_setting_out_of_range(change, kwargs, clause):
     """Refused before any network runs (the policies here are placeholders)."""
     with pytest.raises(ValueError, match=rf"^\[{clause}\]"):
         ccapo_update.make_ccapo_update()(None, None, None, {**_ccapo_batch(), **change}, **kwargs)
+
+
+def test_the_operations_take_the_contracts_keyword_defaults():
+    """Each operation the reference exposes to the suite takes, for every keyword the contract gives a default,
+    that same default (a caller reading the contract gets what it says)."""
+    import reference_impl
+    from conformance_tests import contract
+
+    impl, checked, wrong = reference_impl.make(), 0, []
+    for family in ("sac", "ppo", "isreshape", "ccapo"):
+        ops = getattr(impl, family)
+        for name, proto in inspect.getmembers(contract.protocol(family), inspect.isfunction):
+            if name.startswith("_") or not hasattr(ops, name):
+                continue
+            ours = inspect.signature(getattr(ops, name)).parameters
+            for key, p in inspect.signature(proto).parameters.items():
+                if p.default is not inspect.Parameter.empty and key in ours:
+                    checked += 1
+                    if ours[key].default != p.default:
+                        wrong.append(f"{family}.{name}({key}={ours[key].default!r}): the contract says {p.default!r}")
+    assert checked >= 90, f"only {checked} keyword defaults compared: the walk misses operations"
+    assert not wrong, "\n".join(wrong)
 
 
 # Keywords whose name is a defaults-table key but whose default is deliberately another value, and why.

@@ -67,3 +67,13 @@ def test_the_report_is_the_documented_diagnostics_with_a_one_element_log_alpha()
     assert set(got) == set(want) == DIAGNOSTICS
     for k in DIAGNOSTICS:
         assert_close(torch.tensor(got[k]), torch.tensor(want[k]), "SAC-STEP-1", what=k)
+
+
+@pytest.mark.clause("SAC-STEP-1")
+def test_the_update_defaults_are_v2s():
+    """update_step with its keywords left out is the V2 update: CQL on and a Huber δ of 1 (neither is in the
+    defaults table), plus the table's values, which test_reference_entry_points.py checks by name."""
+    with _checks.validation(False):
+        implicit = update_step(*_nets(8, D, A), _batch(43))
+        explicit = update_step(*_nets(8, D, A), _batch(43), use_cql=True, huber_delta=1.0)
+    assert implicit == explicit and implicit["cql_loss"] != 0.0
