@@ -385,3 +385,17 @@ def test_text_keyed_store_file_is_migrated_on_open(tmp_path):
         cols = [c[0] for c in store._exec("SELECT * FROM stdb_edge WHERE 1 = 0").description]
         assert_equal(cols, ["id", "n_total", "n_succ", "d_sum"], "CCAPO-STDB-6", "the interned schema")
         _assert_matches_replay(store.snapshot(), before + [_traj(9), _traj(10)], "migrated, then folded:")
+
+
+def test_the_empty_store_counts_a_first_success_from_zero():
+    """empty_stats() is the store the trainers start from: one successful trajectory of two steps gives global
+    counts of one, each edge one success, and each anchor its first V-bar after one update."""
+    from reference_impl.ccapo.stdb.update import empty_stats, stdb_update
+
+    tr = {"anchors": [("hall", "<START>"), ("hall", "OPEN(chest)")], "fingerprints": ["OPEN(chest)", "TAKE(key)"],
+          "success": True}
+    got = stdb_update(empty_stats(), tr)
+    assert (got["n_total_global"], got["n_succ_total"]) == (1, 1)
+    assert set(got["edges"]) == {("hall", "<START>", "OPEN(chest)"), ("hall", "OPEN(chest)", "TAKE(key)")}
+    assert all((e["n_total"], e["n_succ"]) == (1, 1) for e in got["edges"].values())
+    assert {u: a["n_updates"] for u, a in got["anchors"].items()} == {("hall", "<START>"): 1, ("hall", "OPEN(chest)"): 1}
