@@ -387,6 +387,7 @@ def test_text_keyed_store_file_is_migrated_on_open(tmp_path):
         _assert_matches_replay(store.snapshot(), before + [_traj(9), _traj(10)], "migrated, then folded:")
 
 
+@pytest.mark.meta
 def test_the_empty_store_counts_a_first_success_from_zero():
     """empty_stats() is the store the trainers start from: one successful trajectory of two steps gives global
     counts of one, each edge one success, and each anchor its first V-bar after one update."""
