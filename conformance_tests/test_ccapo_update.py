@@ -172,6 +172,7 @@ def test_update_trajectory_matches_a_from_scratch_loop(ccapo, seed, minibatch_si
             assert_close(rec["loss"], s["loss"], CLAUSE, what=f"loss reported for minibatch {k}")
             assert_close(rec["kl_ref"], s["kl_ref"], CLAUSE, what=f"kl_ref reported for minibatch {k}")
             assert_close(rec["grad_norm"], s["grad_norm"], CLAUSE, what=f"grad_norm (before clipping), minibatch {k}")
+            assert_equal((rec["epoch"], rec["minibatch"]), (k // n_mb, k % n_mb), CLAUSE, f"record {k}'s position")
 
 
 @pytest.mark.clause(CLAUSE)

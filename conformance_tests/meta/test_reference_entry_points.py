@@ -150,6 +150,16 @@ def test_ccapo_update_refuses_a_misshapen_batch_or_a_setting_out_of_range(change
         ccapo_update.make_ccapo_update()(None, None, None, {**_ccapo_batch(), **change}, **kwargs)
 
 
+def test_the_reference_provides_every_operation_of_every_contract():
+    import reference_impl
+    from conformance_tests import contract
+
+    impl = reference_impl.make()
+    missing = [f"{family}.{name}" for family in ("sac", "ppo", "isreshape", "ccapo")
+               for name in contract.op_names(family) if not callable(getattr(getattr(impl, family), name, None))]
+    assert not missing, f"operations the reference does not provide: {missing}"
+
+
 def test_the_operations_take_the_contracts_keyword_defaults():
     """Each operation the reference exposes to the suite takes, for every keyword the contract gives a default,
     that same default (a caller reading the contract gets what it says)."""
