@@ -262,3 +262,31 @@ def test_the_ppo_update_shuffles_on_its_generators_device(sim):
         recs = ppo_update(actor, critic, opt, batch, epochs=2, minibatch_size=4, clip_eps=0.2, vf_coef=0.5,
                           ent_coef=0.0, max_grad_norm=0.5, target_kl=None, generator=gen)
     assert len(recs) == 4 and actor.weight.device == simdevice.DEVICE
+
+
+class _LogPolicy(torch.nn.Module):
+    """policy(obs, legal) -> [b, T, A] log-probabilities over the legal actions."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(1, 3)
+
+    def forward(self, obs, legal):
+        return torch.log_softmax(self.lin(obs).masked_fill(~legal, -1e9), -1)
+
+
+def test_the_ccapo_update_shuffles_on_its_generators_device(sim):
+    """As the PPO update: a device generator draws the trajectory order on the device (a host draw is refused)."""
+    from reference_impl.ccapo.update import ccapo_update
+
+    torch.manual_seed(0)
+    policy, ref = _LogPolicy().to(simdevice.DEVICE), _LogPolicy().to(simdevice.DEVICE)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    batch = {k: v.to(simdevice.DEVICE) for k, v in {
+        "obs": torch.randn(4, 3, 1), "legal": torch.ones(4, 3, 3, dtype=torch.bool),
+        "action": torch.zeros(4, 3, dtype=torch.long), "logp_old": torch.full((4, 3), -1.1),
+        "advantage": torch.randn(4, 3), "mask": torch.ones(4, 3, dtype=torch.bool)}.items()}
+    gen = torch.Generator(device=simdevice.DEVICE).manual_seed(1)
+    with simdevice.implementation_call():
+        recs = ccapo_update(policy, ref, opt, batch, epochs=2, minibatch_size=2, generator=gen)
+    assert [(r["epoch"], r["minibatch"]) for r in recs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
