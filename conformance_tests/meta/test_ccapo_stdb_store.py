@@ -400,3 +400,22 @@ def test_the_empty_store_counts_a_first_success_from_zero():
     assert set(got["edges"]) == {("hall", "<START>", "OPEN(chest)"), ("hall", "OPEN(chest)", "TAKE(key)")}
     assert all((e["n_total"], e["n_succ"]) == (1, 1) for e in got["edges"].values())
     assert {u: a["n_updates"] for u, a in got["anchors"].items()} == {("hall", "<START>"): 1, ("hall", "OPEN(chest)"): 1}
+
+
+@pytest.mark.meta
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_paused_collector_is_left_as_it_was_found(enabled):
+    """The fold pauses the cyclic collector and re-enables only what it disabled: a trainer's collector is on
+    again afterwards, and one its owner had switched off stays off."""
+    import gc
+
+    from reference_impl.ccapo.stdb.update import gc_paused
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
