@@ -419,3 +419,26 @@ def test_a_paused_collector_is_left_as_it_was_found(enabled):
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.meta
+@pytest.mark.parametrize("param", [{"v_rate": 1.5}, {"alpha_smooth": float("inf")}, {"distance_exponent": float("inf")},
+                                   {"lam": float("inf")}], ids=["v_rate", "alpha_smooth", "distance_exponent", "lam"])
+def test_the_batch_fold_refuses_a_setting_out_of_range_by_name(param):
+    """The stores' batch fold checks the scoring ranges once per batch, as stdb_update and the scoring do."""
+    from reference_impl.ccapo.stdb.update import empty_stats, stdb_fold
+
+    tr = {"anchors": [("hall", "<START>")], "fingerprints": ["OPEN(chest)"], "success": True}
+    with pytest.raises(ValueError, match=rf"^\[CCAPO-INPUT-5\] {next(iter(param))}="):
+        stdb_fold(empty_stats(), [tr], **param)
+
+
+@pytest.mark.meta
+def test_the_stores_fold_the_reference_rule_inlined_and_any_other_rule_as_it_is():
+    from reference_impl.ccapo.stdb.update import batch_fold, fold_rows, stdb_update
+
+    def other(stats, trajectory, **params):
+        return stdb_update(stats, trajectory, **params)
+
+    assert batch_fold(stdb_update) is fold_rows
+    assert batch_fold(other) is not fold_rows
