@@ -265,7 +265,9 @@ def verify_kills(cfg: dict, tree: Path, workdir: Path) -> dict:
             continue  # checked already (delete verified.json to check everything again)
         module = "reference_impl/" + e["id"].split(":")[0]
         index = int(e["id"].rsplit(":", 1)[1])
-        mutant = next((m for m in cache.get(module, []) if m["line"] == e["line"].strip() and m["index"] == index), None)
+        same = [m for m in cache.get(module, []) if m["line"] == e["line"].strip() and m["index"] == index]
+        line_number = int(e["id"].split(":")[1])  # a line's text may repeat in a module: its number decides
+        mutant = next((m for m in same if m["line_number"] == line_number), same[0] if same else None)
         if mutant is None:
             log(f"verify: {e['id']} is not in the cache; skipped")
             continue
