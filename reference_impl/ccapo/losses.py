@@ -37,7 +37,10 @@ def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps: flo
     old, ref, adv = logp_old.detach(), logp_ref.detach(), advantages.detach()
     log_ratio = logp_new - old
     ratio = log_ratio.exp()
-    surr = torch.minimum(ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv)
+    unclipped, clipped = ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
+    # min(unclipped, clipped), a tie taken by the unclipped piece: torch.minimum halves the gradient at a tie,
+    # and a ratio an ulp outside the clip range can round into one (the active piece's slope is then lost)
+    surr = torch.where(unclipped <= clipped, unclipped, clipped)
     delta = ref - logp_new
     k3 = delta.exp() - delta - 1.0
     objective = _traj_mean(surr, m)
