@@ -39,7 +39,7 @@ tar -czf "$OUT/audit-cuda.tgz" -C /tmp audit-cuda 2>/dev/null
 fi
 
 if want 4; then
-say "4 SAC trainer --preset full: updates/s, captured update, then with its objectives compiled"
+say "4 SAC trainer --preset full: updates/s, captured update, then with its fused heads compiled"
 timeout 150 python3 -m tools.benchmarks.bench_sac_trainer --device cuda --preset full --updates 150 \
   --json "$R/sac_trainer_cuda_full.json" 2>&1 | tail -2 | keep
 timeout 200 python3 -m tools.benchmarks.bench_sac_trainer --device cuda --preset full --updates 150 \

@@ -81,7 +81,7 @@ def test_a_gpu_run_shows_the_captured_and_the_compiled_update_each_against_torch
            "reference_graph": 1, "reference_graph_compiled": 1}, "provenance": {"gpu": {"name": "H", "driver": "1"}}}
     rows = {r[0].split(" [")[0]: r for r in sac_rows(sac)}
     graph = rows["SAC update at V2 scale, captured as one CUDA graph and replayed"]
-    compiled = rows["SAC update at V2 scale, objectives torch.compile'd, captured and replayed"]
+    compiled = rows["SAC update at V2 scale, fused heads torch.compile'd, captured and replayed"]
     assert graph[3] == "**1.14**" and graph[4] == "≥ 1.5: **missed**"
     assert compiled[1] == "5.0 ms (captured, not compiled: 7.2 ms)"
     assert compiled[3] == "**1.64**" and compiled[4] == "≥ 1.5: met"

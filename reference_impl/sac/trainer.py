@@ -95,7 +95,7 @@ class Config:
     ckpt_every: int = 250  # updates between checkpoints (and one at the end)
     dtype: str = "float32"  # dtype of the networks, log α and the update tensors (float32, float64, bfloat16)
     cuda_graph: bool = True  # on one CUDA GPU, replay the update from a CUDA graph (graphed.py); eager elsewhere
-    compile: bool = False  # torch.compile the critic and policy objectives (fused kernels; a GPU's opt-in, step.py)
+    compile: bool = False  # torch.compile the update's fused heads (fewer kernels; a GPU's opt-in, step.py)
 
 
 # Presets: "cpu" is the Config above (a few CPU minutes); "full" is the document's V2 sizes (§9) for a

@@ -11,7 +11,7 @@ time of a whole update (wall time around a synchronised stream on a GPU). The ru
 single-thread fp32 matmul peak, counts each update's matmul FLOPs with torch's flop counter, and
 measures each side's peak RSS in its own subprocess (both import the same libraries). On CUDA a third
 side runs the trainer's GPU update: the same ``update_step`` recorded once as a CUDA graph and replayed
-(``reference_impl.sac.graphed``), and a fourth the same with its objectives torch.compile'd (``compile=True``);
+(``reference_impl.sac.graphed``), and a fourth the same with its fused heads torch.compile'd (``compile=True``);
 each side's kernel launches per update are counted by torch.profiler.
 
 Run: ``python -m tools.benchmarks.bench_sac_update [--device cpu] [--rounds 5]``
@@ -89,7 +89,7 @@ def reference_step(device):
 
 def graphed_step(device, compile: bool = False):
     """The trainer's GPU update: the same update_step, recorded once as a CUDA graph and replayed (with
-    ``compile``, its critic and policy objectives torch.compile'd first: the trainer's ``compile=True``)."""
+    ``compile``, its fused heads torch.compile'd first: the trainer's ``compile=True``)."""
     nets, b = _reference_nets(device)
     upd = CapturedUpdate(*nets, top_p=TOP_P, compile=compile)
 
@@ -203,7 +203,7 @@ def main(argv=None) -> dict:
     if res["ratio_graph"] is not None:
         print(f"captured update (CUDA graph): {med['reference_graph']:.4f} s; torchrl/graph = {res['ratio_graph']:.2f}x")
     if res["ratio_graph_compiled"] is not None:
-        print(f"captured, objectives compiled: {med['reference_graph_compiled']:.4f} s; "
+        print(f"captured, fused heads compiled: {med['reference_graph_compiled']:.4f} s; "
               f"torchrl/compiled graph = {res['ratio_graph_compiled']:.2f}x")
     if kernels:
         print("CUDA kernel launches per update: " + ", ".join(f"{n} {k}" for n, k in kernels.items()))

@@ -87,9 +87,9 @@ def sac_rows(d: dict) -> list[list[str]]:
                      f"{med['reference_graph'] * 1e3:.1f} ms (eager: {med['reference'] * 1e3:.1f} ms)",
                      f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl'] * 1e3:.1f} ms",
                      f"**{ratio:.2f}**{busy_note(d)}", f"≥ 1.5: {_met(ratio >= 1.5)}"])
-    if "reference_graph_compiled" in med:  # the same, its objectives torch.compile'd (the trainer's compile=True)
+    if "reference_graph_compiled" in med:  # the same, its fused heads torch.compile'd (compile=True)
         ratio = med["torchrl"] / med["reference_graph_compiled"]
-        rows.append([f"SAC update at V2 scale, objectives torch.compile'd, captured and replayed {dev(d)}",
+        rows.append([f"SAC update at V2 scale, fused heads torch.compile'd, captured and replayed {dev(d)}",
                      f"{med['reference_graph_compiled'] * 1e3:.1f} ms (captured, not compiled: "
                      f"{med['reference_graph'] * 1e3:.1f} ms)",
                      f"TorchRL `DiscreteSACLoss` + Adam: {med['torchrl'] * 1e3:.1f} ms",
