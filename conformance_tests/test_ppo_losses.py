@@ -29,9 +29,12 @@ from conformance_tests.harness import (
     np_clip_fraction,
     np_standardise,
     on_device,
+    one_sided_difference,
     require_dtype,
+    tolerance,
     working_dtype,
 )
+from conformance_tests.oracles import clipped_surrogate_slope
 
 F64 = torch.float64
 
@@ -174,6 +177,37 @@ def test_clipped_policy_loss_gradient_matches_finite_differences(ppo, ra):
     ppo.clipped_policy_loss(x, a, clip_eps=0.2).backward()
     fd = finite_difference(lambda v: np_clipped_loss(v.numpy(), a.numpy(), 0.2), r)
     assert_close(x.grad, fd, "PPO-LOSS-1", what="autograd vs finite differences", approx="gradient")
+
+
+@pytest.mark.clause("PPO-LOSS-1")
+@given(st_.ratios_and_advantages(max_batch=6), st_.keyword_arguments("ppo.clipped_policy_loss"), st.data())
+def test_clipped_policy_loss_one_sided_derivatives_at_the_kinks(ppo, ra, kw, data):
+    """One ratio sits exactly on a kink of the clip (r = 1 - eps or 1 + eps) with A != 0. Its left and right
+    derivatives are the closed-form slopes of the pieces that meet there: -A/n where the unclipped product is
+    the minimum, 0 where the clipped constant is (they differ at r = 1 + eps for A > 0 and at r = 1 - eps for
+    A < 0, and agree at the other two). Autograd returns the slope of either piece or a mix of the two (the
+    two products tie there, and an elementwise minimum may split a tie's gradient). In the library's working
+    dtype; the loss is linear in r on each piece, so the one-sided probes can take steps of a quarter of eps
+    (or of 1 - eps, so that every probed ratio stays positive)."""
+    dt = working_dtype()
+    r, a = (x.to(dt) for x in ra)
+    eps = kw["clip_eps"]
+    i = data.draw(st.integers(0, len(r) - 1), label="row")
+    r[i] = data.draw(st.sampled_from([1.0 - eps, 1.0 + eps]), label="kink")
+    a[i] = data.draw(st.sampled_from([-1.0, 1.0])) * data.draw(st.floats(0.1, 3.0), label="|A|")
+    n, rho, ai = len(r), float(r[i]), float(a[i])
+    loss = lambda v: ppo.clipped_policy_loss(v, a, **kw)  # noqa: E731
+    h = min(eps, 1.0 - eps) / 4
+    for side in (-1, 1):
+        want = -clipped_surrogate_slope(rho, ai, eps, side) / n
+        assert_close(one_sided_difference(loss, r, i, side, h=h), want, "PPO-LOSS-1", dtype=dt,
+                     approx="gradient", what=f"{'left' if side < 0 else 'right'} derivative at r = {rho}, A = {ai}")
+    x = r.clone().requires_grad_(True)
+    loss(x).backward()
+    rtol, atol = tolerance("PPO-LOSS-1", dt, approx="gradient")
+    g, lo, hi, slack = float(x.grad[i]), min(-ai / n, 0.0), max(-ai / n, 0.0), atol + rtol * abs(ai / n)
+    assert_that(lo - slack <= g <= hi + slack, "PPO-LOSS-1", g,
+                f"an autograd value between {lo} and {hi}, the slopes of the two pieces at r = {rho}, A = {ai}")
 
 
 @pytest.mark.clause("PPO-LOSS-2")

@@ -145,3 +145,14 @@ def finite_difference(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
         e = e.view_as(x)
         flat[i] = (float(fn(x + e)) - float(fn(x - e))) / (2 * h)
     return grad
+
+
+def one_sided_difference(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, index, side: int,
+                         h: float = 1e-6) -> float:
+    """Second-order one-sided difference (−3f(x) + 4f(x + sh) − f(x + 2sh)) / 2sh of the scalar ``fn`` in
+    ``x[index]``, side −1 (left) or +1 (right): both probes stay on one side of a kink, where ``fn`` is smooth."""
+    def f(k):
+        y = x.detach().clone()
+        y[index] += k * side * h
+        return float(fn(y))
+    return side * (-3 * f(0) + 4 * f(1) - f(2)) / (2 * h)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from reference_impl import _checks
+from reference_impl._clip import pessimistic_surrogate
 
 
 def _traj_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
@@ -38,9 +39,7 @@ def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps: flo
     log_ratio = logp_new - old
     ratio = log_ratio.exp()
     unclipped, clipped = ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
-    # min(unclipped, clipped), a tie taken by the unclipped piece: torch.minimum halves the gradient at a tie,
-    # and a ratio an ulp outside the clip range can round into one (the active piece's slope is then lost)
-    surr = torch.where(unclipped <= clipped, unclipped, clipped)
+    surr = pessimistic_surrogate(unclipped, clipped)
     delta = ref - logp_new
     k3 = delta.exp() - delta - 1.0
     objective = _traj_mean(surr, m)

@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from reference_impl._clip import pessimistic_surrogate, pessimistic_weight
 # by name: the package attribute ``ppo.losses`` is the contract op once ``reference_impl.ppo`` has loaded
 from reference_impl.ppo.losses import approx_kl, clip_fraction, k3_kl, ratio
 from reference_impl.ppo.masking import _check_logits_and_mask, fill_value
@@ -32,12 +33,6 @@ class _WithGrads(torch.autograd.Function):
     def backward(ctx, upstream):
         g_logits, g_values = ctx.saved_tensors
         return g_logits * upstream, g_values * upstream, None, None, None
-
-
-def _min_branch_weight(unclipped, clipped, in_range):
-    """∂ min(u, c)/∂r ÷ A: 1 on the unclipped branch, the clamp's pass-through on the clipped one,
-    half of each at a tie (torch's rule for an elementwise minimum)."""
-    return torch.where(unclipped < clipped, 1.0, torch.where(unclipped > clipped, in_range, 0.5 + 0.5 * in_range))
 
 
 def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
@@ -67,12 +62,12 @@ def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, ol
         r = ratio(new, old_log_prob)  # PPO-RATIO-1
         lo, hi = 1.0 - clip_eps, 1.0 + clip_eps
         unclipped, clipped = r * adv, r.clamp(lo, hi) * adv
-        pl = -torch.minimum(unclipped, clipped).mean()  # PPO-LOSS-1
+        pl = -pessimistic_surrogate(unclipped, clipped).mean()  # PPO-LOSS-1
         vl = 0.5 * (ret - v).pow(2).mean()  # PPO-LOSS-2
         ent = H.mean()
         loss = pl + vf_coef * vl - ent_coef * ent  # PPO-LOSS-3
         in_range = ((r >= lo) & (r <= hi)).to(r.dtype)
-        d_new = -(adv * r * _min_branch_weight(unclipped, clipped, in_range)) / n
+        d_new = -(adv * r * pessimistic_weight(unclipped, clipped, in_range)) / n
         g_z = pi * (log_pi.add_(H[:, None]).mul_(ent_coef / n)).sub_(d_new[:, None])  # −d_new·π + entropy
         g_z.scatter_add_(-1, idx, d_new[:, None])  # + d_new at the replayed action
         g_v = (v - ret).mul_(vf_coef / n)

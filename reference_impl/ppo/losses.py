@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from reference_impl import _checks
+from reference_impl._clip import pessimistic_surrogate
 
 
 def _pair(clause: str, **t: torch.Tensor) -> None:
@@ -73,7 +74,7 @@ def clipped_policy_loss(ratio: torch.Tensor, advantage: torch.Tensor, *, clip_ep
     advantage = advantage.detach()
     unclipped = ratio * advantage
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantage
-    return -torch.min(unclipped, clipped).mean()
+    return -pessimistic_surrogate(unclipped, clipped).mean()
 
 
 def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
