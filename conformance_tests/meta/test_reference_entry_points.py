@@ -23,9 +23,13 @@ from reference_impl.ppo import loss_level as ppo_loss_level
 from reference_impl.ppo import update as ppo_update
 from reference_impl.sac import data as sac_data
 from reference_impl.sac import loss_level as sac_loss_level
+from reference_impl.sac import negatives as sac_negatives
+from reference_impl.sac import reward as sac_reward
 from reference_impl.sac import step as sac_step
+from reference_impl.sac import updates as sac_updates
 
 pytestmark = pytest.mark.meta
+ppo_losses = importlib.import_module("reference_impl.ppo.losses")  # the package attribute is loss_level's losses
 
 # (entry point, the fields it needs, the clause its refusal names); the batch is the only argument read
 # before the refusal, so the others are placeholders.
@@ -83,6 +87,39 @@ def test_an_infinite_scoring_hyper_parameter_is_refused_by_name(call):
     edge 1 or 0, silently)."""
     with pytest.raises(ValueError, match=r"^\[CCAPO-INPUT-5\]"):
         call()
+
+
+@pytest.mark.parametrize("call, clause", [
+    (lambda: ppo_losses.normalize_advantages(torch.arange(3.0), eps=math.inf), "PPO-INPUT-4"),
+    (lambda: ppo_losses.normalize_advantages(torch.arange(3.0), clamp=math.inf), "PPO-INPUT-4"),
+    (lambda: ppo_losses.kl_early_stop(0.01, target_kl=math.inf), "PPO-INPUT-4"),
+    (lambda: ppo_losses.kl_early_stop(0.01, factor=math.inf), "PPO-INPUT-4"),
+    (lambda: ppo_losses.scale_reward(torch.ones(2), scale=math.inf), "PPO-INPUT-4"),
+    (lambda: ppo_losses.entropy_trend(torch.ones(2, 3)), "PPO-INPUT-4"),
+    (lambda: sac_updates.soft_update(torch.zeros(2), torch.ones(2), tau=1.5), "SAC-TARGET-1"),
+    (lambda: sac_updates.soft_update_([torch.zeros(2)], [torch.ones(2)], tau=1.5), "SAC-TARGET-1"),
+    (lambda: sac_updates.ema_update(torch.zeros(2), torch.ones(2), m=1.5), "SAC-NCE-3"),
+    (lambda: sac_updates.ema_update(torch.zeros(2), torch.ones(2), m=1.0), "SAC-NCE-3"),
+    (lambda: sac_updates.popart_step(torch.zeros(()), torch.ones(()), torch.ones(3), beta=1.5), "SAC-POPART-1"),
+    (lambda: sac_negatives.nce_queue_push(torch.zeros(2, 3), torch.ones(1, 3), capacity=0), "SAC-NCE-4"),
+    (lambda: sac_reward.ngram_coverage("abcd", "abcd", n=0, window=4), "SAC-COV-1"),
+    (lambda: sac_reward.ngram_coverage("abcd", "abcd", n=3, window=2), "SAC-COV-1"),
+    (lambda: ccapo_advantages.micro_advantage(torch.ones(2, 3), sigma_min=math.inf), "CCAPO-INPUT-5"),
+], ids=["adv-eps-inf", "adv-clamp-inf", "target_kl-inf", "kl-factor-inf", "reward-scale-inf", "entropy-2d",
+        "tau-1.5", "tau-1.5-foreach", "m-1.5", "m-1", "popart-beta-1.5", "nce-capacity-0", "ngram-n-0",
+        "window-below-n", "sigma_min-inf"])
+def test_a_setting_outside_the_references_range_is_refused_by_name(call, clause):
+    """Settings the clauses use but give no range for, refused where they would silently degrade the result:
+    an infinite floor, clamp, threshold or scale (every value then passes or becomes 0), an average that
+    never moves (m = 1) or overshoots (a rate above 1), an empty negatives queue, a coverage of empty n-grams."""
+    with pytest.raises(ValueError, match=rf"^\[{clause}\]"):
+        call()
+
+
+def test_integer_macro_returns_are_promoted_not_refused():
+    """Returns counted in whole units of R_terminal are a valid group: the same advantages as the floats."""
+    ints = torch.tensor([[1, 3, 5, 0]])
+    assert torch.equal(ccapo_advantages.macro_advantage(ints), ccapo_advantages.macro_advantage(ints.double()))
 
 
 @pytest.mark.parametrize("name", ["a_macro", "a_micro"])

@@ -8,8 +8,13 @@
     python tools/mutation/render.py                               # docs/mutation/index.md from results.json
 
 Needs ``pip install mutmut==2.5.1 torch==2.13.0`` and the package installed (``pip install -e .``): mutmut 2
-runs a shell-free test command per mutant, a fresh ``python -m pytest`` that imports the snapshot, where
-mutmut has just written the mutant.
+runs a shell-free test command per mutant, a fresh pytest (through verdict.py) that imports the snapshot,
+where mutmut has just written the mutant. mutmut counts a mutant killed only on exit 1; verdict.py folds
+pytest's other failing exits into 1, so a mutant that no longer imports counts as detected.
+
+Never run ``mutmut show`` or ``mutmut results`` in a snapshot while a run is going on: they re-read the
+file mutmut has just mutated into the cache's line table, and the run then fails on its next mutant. Read
+the cache with ``--export-only`` (or :func:`read_cache`) instead.
 
 mutmut 2 mutates files in place, and several people share this working tree, so the driver never
 mutates it: it copies the repository into a snapshot (``--workdir``, default
@@ -94,9 +99,15 @@ def test_files(cfg: dict, module: str, tree: Path) -> list[str]:
     return list(dict.fromkeys(f"conformance_tests/{f}" for f in cfg["modules"][module]))
 
 
+def pytest_command(cfg: dict, tests: list[str]) -> list[str]:
+    """pytest through verdict.py, which exits 1 for any failing exit: mutmut counts only exit 1 as a kill,
+    and a mutant that breaks the module's import makes pytest exit 2."""
+    return [sys.executable, "-m", "tools.mutation.verdict", *cfg["pytest_args"], *tests]
+
+
 def runner(cfg: dict, module: str, tree: Path) -> str:
-    """The test command: plain ``python -m pytest`` on the module's test files, in the snapshot."""
-    return shlex.join([sys.executable, "-m", "pytest", *cfg["pytest_args"], *test_files(cfg, module, tree)])
+    """The test command: pytest on the module's test files, in the snapshot."""
+    return shlex.join(pytest_command(cfg, test_files(cfg, module, tree)))
 
 
 def env_for(cfg: dict) -> dict:
@@ -273,9 +284,10 @@ def verify_kills(cfg: dict, tree: Path, workdir: Path) -> dict:
             continue
         test_file = e["test"].split("::")[0]
         shutil.copy2(REPO / test_file, scratch / test_file)  # the new test as it is in the working tree now
+        shutil.copy2(HERE / "verdict.py", scratch / "tools" / "mutation" / "verdict.py")
         path = tree / module
         backup = path.with_name(path.name + ".bak")
-        cmd = [sys.executable, "-m", "pytest", *cfg["pytest_args"], e["test"]]
+        cmd = pytest_command(cfg, [e["test"]])
 
         def run_test(source: str) -> int:
             (scratch / module).write_text(source)
@@ -426,6 +438,7 @@ def main(argv=None) -> int:
     lock.write_text(str(os.getpid()))
     restore_backups(tree)
     shutil.copy2(HERE / "mutmut_config.py", tree / "mutmut_config.py")  # the hook is part of the tool
+    shutil.copy2(HERE / "verdict.py", tree / "tools" / "mutation" / "verdict.py")  # and so is the test command
     until = parse_until(args.until)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
