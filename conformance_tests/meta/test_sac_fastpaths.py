@@ -144,6 +144,25 @@ def test_fused_policy_head_equals_the_plain_total(blocks, seed, dtype, demos):
     assert_close(_grad(got, zf), want_g, "SAC-POL-3", what="gradient into the logits")
 
 
+@pytest.mark.clause("SAC-MASK-2", "SAC-POL-3")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_policy_head_passes_the_gradient_where_the_softmax_is_exactly_eps(blocks, dtype):
+    """ε set to a softmax value a row really takes: the plain clamp's derivative at its own edge is 1, so the
+    gradient passes there, and the fused head's pass-through must include the edge too."""
+    logits, mask, q1, q2, actions, demo = _case(1, dtype)
+    s = masking.masked_softmax(logits, mask, eps=0.0)
+    top = s.amax(1).masked_fill(mask.sum(1) < 3, 2.0)
+    eps = float(top.min())  # the flattest row's largest probability: its other entries sit below ε
+    alpha = torch.tensor(0.7, dtype=dtype)
+    z = logits.clone().requires_grad_()
+    want = losses.policy_loss_total(masking.masked_softmax(z, mask, eps=eps), q1, q2, mask, actions, demo,
+                                    alpha=alpha, lam_bc=0.3)
+    zf = logits.clone().requires_grad_()
+    got = fast.policy_head_fused(zf, q1, q2, mask, actions, demo, alpha=alpha, lam_bc=0.3, eps=eps)[0]
+    assert_close(got, want, "SAC-POL-3", what=f"fused total == plain total at eps = {eps}")
+    assert_close(_grad(got, zf), _grad(want, z), "SAC-POL-3", what=f"gradient into the logits at eps = {eps}")
+
+
 class _Twin(torch.nn.Module):
     def __init__(self, d: int, a: int):
         super().__init__()
