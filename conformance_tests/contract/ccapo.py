@@ -140,7 +140,9 @@ OUTPUTS = {"policy_loss": {
                                        "trajectories"),
     "loss_kl": Output("CCAPO-PPO-2", "scalar β_KL·KL, the penalty term of the total"),
     "kl_ref": Output("CCAPO-PPO-2", "scalar KL(π_θ‖π_ref) by k3, averaged like the surrogate"),
-    "approx_kl": Output("CCAPO-PPO-1", "scalar mean(old − new) over real steps, detached", required=False),
+    "approx_kl": Output("CCAPO-PPO-1", "scalar estimate of KL(π_old‖π_θ) over real steps, exactly 0 when every "
+                                       "ratio is 1 (k1 mean(old − new) or k3 mean((ρ − 1) − log ρ)), detached",
+                        required=False),
     "clip_fraction": Output("CCAPO-PPO-1", "scalar share of real steps whose ratio is clipped, detached",
                             required=False),
 }}

@@ -23,7 +23,9 @@ def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps: flo
     \mathcal{L}(\theta) = \mathbb{E}_\tau\Big[\tfrac{1}{T}\sum_t \min(\rho_t A_t, \mathrm{clip}(\rho_t, 1-\epsilon, 1+\epsilon) A_t)\Big]
       - \beta_{KL}\,\mathbb{E}_\tau\Big[\tfrac{1}{T}\sum_t k_3\Big],\quad k_3 = e^{\Delta}-\Delta-1,\ \Delta = \log\pi_{ref} - \log\pi_\theta
 
-    ρ_t = exp(logp_new − logp_old); logp_old, logp_ref and the advantages are constants.
+    ρ_t = exp(logp_new − logp_old); logp_old, logp_ref and the advantages are constants. The diagnostic
+    ``approx_kl`` estimates KL(π_old‖π_θ) by k3, (ρ − 1) − log ρ (never negative), averaged like the
+    surrogate.
     Implements: CCAPO-PPO-1, CCAPO-PPO-2
     """
     m = torch.as_tensor(mask)
