@@ -246,6 +246,27 @@ def test_batched_text_rewards_equal_the_string_forms(seed):
     assert_close(got, torch.tensor(want, dtype=got.dtype), "SAC-BIGRAM-1", dtype=got.dtype, what="batched bigram bonus")
 
 
+@pytest.mark.clause("SAC-COV-1", "SAC-BIGRAM-1")
+def test_batched_text_rewards_at_their_edges():
+    """The batched forms' defaults are the string forms' (n = 3, λ = 1); n = 1 and n = W are valid, n = 0 or
+    n > W refused; fewer rows than n is fine (rows are not characters); an empty or one-pair lexicon."""
+    agent, ref = torch.tensor([[0, 1, 2, 0], [2, 2, 1, 0]]), torch.tensor([[1, 2, 0, 1], [2, 1, 0, 2]])
+    text = lambda row: "".join("abc"[i] for i in row.tolist())  # noqa: E731
+    for kw in ({}, {"n": 1}, {"n": 4}):
+        got = reward.ngram_coverage_windows(agent, ref, **kw)
+        want = [reward.ngram_coverage(text(a), text(r), window=4, **kw) for a, r in zip(agent, ref)]
+        assert_close(got, torch.tensor(want, dtype=got.dtype), "SAC-COV-1", dtype=got.dtype, what=f"coverage, {kw}")
+    for n in (0, 5):
+        with pytest.raises(ValueError, match=r"^\[SAC-COV-1\]"):
+            reward.ngram_coverage_windows(agent, ref, n=n)
+    prev, char = torch.tensor([0, 1, 2]), torch.tensor([1, 0, 2])
+    assert_close(reward.bigram_bonus_ids(prev, char, torch.tensor([0 * 3 + 1]), 3),
+                 torch.tensor([reward.bigram_bonus("a", "b", {"ab"}), 0.0, 0.0]), "SAC-BIGRAM-1",
+                 what="one-pair lexicon, default λ")
+    assert_close(reward.bigram_bonus_ids(prev, char, torch.tensor([], dtype=torch.long), 3), torch.zeros(3),
+                 "SAC-BIGRAM-1", what="empty lexicon")
+
+
 def test_the_stacked_twin_mlp_is_two_independent_mlps():
     """reference_impl.sac.nets.TwinMLP: each copy computes its own MLP (values and gradients), and the two
     copies start from independent initialisations (twin critics that start equal are one critic)."""
