@@ -29,7 +29,6 @@ from conformance_tests.harness import (
     np_clip_fraction,
     np_standardise,
     on_device,
-    one_sided_difference,
     require_dtype,
     tolerance,
     working_dtype,
@@ -182,30 +181,33 @@ def test_clipped_policy_loss_gradient_matches_finite_differences(ppo, ra):
 @pytest.mark.clause("PPO-LOSS-1")
 @given(st_.ratios_and_advantages(max_batch=6), st_.keyword_arguments("ppo.clipped_policy_loss"), st.data())
 def test_clipped_policy_loss_one_sided_derivatives_at_the_kinks(ppo, ra, kw, data):
-    """One ratio sits exactly on a kink of the clip (r = 1 - eps or 1 + eps) with A != 0. Its left and right
-    derivatives are the closed-form slopes of the pieces that meet there: -A/n where the unclipped product is
-    the minimum, 0 where the clipped constant is (they differ at r = 1 + eps for A > 0 and at r = 1 - eps for
-    A < 0, and agree at the other two). Autograd returns the slope of either piece or a mix of the two (the
-    two products tie there, and an elementwise minimum may split a tie's gradient). In the library's working
-    dtype; the loss is linear in r on each piece, so the one-sided probes can take steps of a quarter of eps
-    (or of 1 - eps, so that every probed ratio stays positive)."""
+    """One ratio sits exactly on a kink of the clip (r = 1 - eps or 1 + eps) with A != 0. The slopes of the two
+    pieces that meet there are the closed-form ones: -A/n where the unclipped product is the minimum, 0 where
+    the clipped constant is (they differ at r = 1 + eps for A > 0 and at r = 1 - eps for A < 0, and agree at
+    the other two). The loss is linear in r on each piece, so each slope is the autograd derivative a step
+    inside its piece (a quarter of min(eps, 1 - eps), every probed ratio positive); no finite difference, so a
+    library that computes in float32 is not failed for its rounding. At the kink autograd returns the slope
+    of either piece or a mix of the two (the two products tie there, and a minimum may split a tie)."""
     dt = working_dtype()
     r, a = (x.to(dt) for x in ra)
     eps = kw["clip_eps"]
     i = data.draw(st.integers(0, len(r) - 1), label="row")
     r[i] = data.draw(st.sampled_from([1.0 - eps, 1.0 + eps]), label="kink")
     a[i] = data.draw(st.sampled_from([-1.0, 1.0])) * data.draw(st.floats(0.1, 3.0), label="|A|")
-    n, rho, ai = len(r), float(r[i]), float(a[i])
-    loss = lambda v: ppo.clipped_policy_loss(v, a, **kw)  # noqa: E731
-    h = min(eps, 1.0 - eps) / 4
+    n, rho, ai, h = len(r), float(r[i]), float(a[i]), min(eps, 1.0 - eps) / 4
+
+    def slope_at(v: torch.Tensor) -> float:
+        x = v.clone().requires_grad_(True)
+        ppo.clipped_policy_loss(x, a, **kw).backward()
+        return float(x.grad[i])
+
     for side in (-1, 1):
-        want = -clipped_surrogate_slope(rho, ai, eps, side) / n
-        assert_close(one_sided_difference(loss, r, i, side, h=h), want, "PPO-LOSS-1", dtype=dt,
-                     approx="gradient", what=f"{'left' if side < 0 else 'right'} derivative at r = {rho}, A = {ai}")
-    x = r.clone().requires_grad_(True)
-    loss(x).backward()
+        y = r.clone()
+        y[i] += side * h
+        assert_close(slope_at(y), -clipped_surrogate_slope(rho, ai, eps, side) / n, "PPO-LOSS-1", dtype=dt,
+                     approx="gradient", what=f"the slope {'left' if side < 0 else 'right'} of r = {rho}, A = {ai}")
     rtol, atol = tolerance("PPO-LOSS-1", dt, approx="gradient")
-    g, lo, hi, slack = float(x.grad[i]), min(-ai / n, 0.0), max(-ai / n, 0.0), atol + rtol * abs(ai / n)
+    g, lo, hi, slack = slope_at(r), min(-ai / n, 0.0), max(-ai / n, 0.0), atol + rtol * abs(ai / n)
     assert_that(lo - slack <= g <= hi + slack, "PPO-LOSS-1", g,
                 f"an autograd value between {lo} and {hi}, the slopes of the two pieces at r = {rho}, A = {ai}")
 
