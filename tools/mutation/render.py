@@ -176,6 +176,9 @@ def main(argv=None) -> int:
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(RESULTS, PAGE.parent / "results.json")
     PAGE.write_text(render(results, summary, render_markdown(facts, data_files=["results.json"])))
+    if (facts.get("commit") or "").endswith("+dirty"):  # a run's export or a new test not committed yet
+        print(f"warning: uncommitted changes ({', '.join(facts.get('modified', []))}): the site build refuses this "
+              "stamp; commit them, then render again", file=sys.stderr)
     t = summary["total"]
     print(f"wrote {PAGE.relative_to(REPO)}: score {_pct(t['score'])} ({t['detected']}/{t['non_equivalent']}), "
           f"{t['open']} open, {t['equivalent']} equivalent")
