@@ -20,34 +20,44 @@ pytestmark = pytest.mark.meta
 F64 = torch.float64
 
 
+def _outside_tie(r: torch.Tensor, a: torch.Tensor, eps: float) -> torch.Tensor:
+    """Where r lies outside [1 − ε, 1 + ε] and r·A is the same float64 number as clip(r)·A."""
+    lo, hi = 1.0 - eps, 1.0 + eps
+    return (r * a == r.clamp(lo, hi) * a) & ((r < lo) | (r > hi))
+
+
 def _rounding_ties(rho: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(ratio, advantage) pairs with the ratio outside [1 − ε, 1 + ε] on the side where the minimum is r·A,
-    whose two products are the same float64 number. ``rho`` are candidate ratios; advantages from a grid."""
-    lo, hi = 1.0 - eps, 1.0 + eps
-    sign = torch.where(rho < lo, 1.0, -1.0).to(F64)
+    whose two products tie. ``rho`` are candidate ratios; advantages from a grid."""
+    sign = torch.where(rho < 1.0 - eps, 1.0, -1.0).to(F64)
     a = torch.linspace(0.1, 3.0, 3001, dtype=F64)
     r, a = torch.broadcast_tensors(rho[:, None], sign[:, None] * a[None, :])
     r, a = r.reshape(-1), a.reshape(-1)
-    tie = (r * a == r.clamp(lo, hi) * a) & ((r < lo) | (r > hi))
+    tie = _outside_tie(r, a, eps)
     assert int(tie.sum()) >= 20, "too few rounding ties to test"
     return r[tie][:200], a[tie][:200]
 
 
-def _ulps_outside(eps: float, k: int = 3) -> torch.Tensor:
-    """The k float64 ratios just below 1 − ε and the k just above 1 + ε."""
+def _neighbours(x: torch.Tensor, toward: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """The k successive float64 neighbours of ``x`` toward ``toward`` (elementwise)."""
     out = []
-    for edge, way in ((1.0 - eps, -1.0), (1.0 + eps, 1.0)):
-        x = torch.tensor(edge, dtype=F64)
-        for _ in range(k):
-            x = torch.nextafter(x, torch.tensor(way * torch.inf, dtype=F64))
-            out.append(x.clone())
-    return torch.stack(out)
+    for _ in range(k):
+        x = torch.nextafter(x, toward)
+        out.append(x)
+    return out
+
+
+def _edges(eps: float) -> torch.Tensor:
+    return torch.tensor([1.0 - eps, 1.0 + eps], dtype=F64)
+
+
+OUTWARD = torch.tensor([-torch.inf, torch.inf], dtype=F64)  # below 1 − ε, above 1 + ε
 
 
 @pytest.mark.clause("PPO-LOSS-1")
 @pytest.mark.parametrize("eps", [0.2, 0.01, 0.3])
 def test_ppo_loss_keeps_the_unclipped_slope_at_a_rounding_tie(eps):
-    r, a = _rounding_ties(_ulps_outside(eps), eps)
+    r, a = _rounding_ties(torch.cat(_neighbours(_edges(eps), OUTWARD, 3)), eps)
     x = r.clone().requires_grad_()
     clipped_policy_loss(x, a, clip_eps=eps).backward()
     assert_close(x.grad, -a / len(a), "PPO-LOSS-1", what="d loss / d r at a tie an ulp outside the clip range")
@@ -59,13 +69,7 @@ def test_the_fused_branch_weight_is_the_plain_gradient_on_and_around_the_edges(e
     """At the edges themselves (an in-range tie), an ulp or two either side (ties or not) and far off, with
     both signs of A: the closed-form weight times −A/n is the plain loss's autograd gradient in r."""
     g = torch.Generator().manual_seed(5)
-    edges = torch.tensor([1.0 - eps, 1.0 + eps], dtype=F64)
-    near = [edges]
-    for way in (-torch.inf, torch.inf):
-        x = edges.clone()
-        for _ in range(2):
-            x = torch.nextafter(x, torch.full_like(x, way))
-            near.append(x.clone())
+    near = [_edges(eps)] + _neighbours(_edges(eps), OUTWARD, 2) + _neighbours(_edges(eps), -OUTWARD, 2)
     r = torch.cat(near + [torch.tensor([0.3, 1.0, 2.5], dtype=F64)]).repeat_interleave(200)
     a = torch.rand(len(r), generator=g, dtype=F64) * 6 - 3
     x = r.clone().requires_grad_()
@@ -81,15 +85,11 @@ def test_the_fused_branch_weight_is_the_plain_gradient_on_and_around_the_edges(e
 def test_ccapo_loss_keeps_the_unclipped_slope_at_a_rounding_tie():
     """One-step trajectories, β = 0: d loss / d logp_new = −ρA / B wherever the minimum is ρA."""
     eps = 0.01
-    start = torch.log(torch.tensor([1.0 - eps, 1.0 + eps], dtype=F64))
-    steps = [start]
-    for _ in range(40):
-        steps.append(torch.nextafter(steps[-1], torch.tensor([-torch.inf, torch.inf], dtype=F64)))
-    new = torch.cat(steps)
-    rho, a = _rounding_ties(new.exp(), eps)
+    log_edges = _edges(eps).log()
+    rho, a = _rounding_ties(torch.cat([log_edges] + _neighbours(log_edges, OUTWARD, 40)).exp(), eps)
     logp = rho.log()
     rho = logp.exp()  # the ratio the loss sees may be an ulp away: keep the pairs that still tie there
-    keep = (rho * a == rho.clamp(1 - eps, 1 + eps) * a) & ((rho < 1 - eps) | (rho > 1 + eps))
+    keep = _outside_tie(rho, a, eps)
     assert int(keep.sum()) >= 10, "too few ties survive the log round trip"
     logp, rho, a = logp[keep][:, None], rho[keep], a[keep][:, None]
     x = logp.clone().requires_grad_()
