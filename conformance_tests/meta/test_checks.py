@@ -1,6 +1,6 @@
 """The reference's shared input guards (reference_impl/_checks.py) and IS-Reshape's (isreshape/_guards.py):
 the switch that turns them off for a validated hot loop, and the names and ranges their refusals give where
-a caller leaves the name to its default."""
+a caller leaves the name to its default. Also the shared type promotion (reference_impl/_dtypes.py)."""
 from __future__ import annotations
 
 import math
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from reference_impl import _checks
+from reference_impl._dtypes import promoted
 from reference_impl.isreshape import _guards
 
 pytestmark = pytest.mark.meta
@@ -53,3 +54,19 @@ def test_an_index_outside_zero_to_size_is_refused(bad):
     _checks.index_in_range(torch.tensor([0, 2]), 3, "X-1", "idx")  # the ends of [0, size) pass
     with pytest.raises(IndexError, match=r"^\[X-1\] idx has an index outside \[0, 3\)$"):
         _checks.index_in_range(torch.tensor([1, bad]), 3, "X-1", "idx")
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float64), (torch.float64, torch.float32, torch.float32),
+                                    (torch.bfloat16, torch.float16), (torch.int64, torch.float32),
+                                    (torch.float32, torch.float32)])
+def test_promoted_casts_to_the_dtype_that_arithmetic_gives(dtypes):
+    """The common dtype is the one torch's own arithmetic gives (a sum of all of them, oracle); a tensor
+    already of it comes back as the same object (no copy); values survive the cast."""
+    tensors = [torch.tensor([1.5, -2.0]).to(dt) for dt in dtypes]
+    want = sum(tensors[1:], tensors[0]).dtype
+    out = promoted(*tensors)
+    assert len(out) == len(tensors)
+    for t, o in zip(tensors, out):
+        assert o.dtype == want
+        assert (o is t) == (t.dtype == want)
+        assert torch.equal(o.double(), t.double())

@@ -57,6 +57,34 @@ def test_fused_loss_terms_equal_the_plain_ones(seed, dtype, spread):
     assert_close(gv, want_gv, "PPO-LOSS-2", what="gradient into the values")
 
 
+@pytest.mark.clause("PPO-LOSS-3", "PPO-LOSS-1", "PPO-LOSS-2")
+@pytest.mark.parametrize("wide", ["advantage and return", "old log-prob", "logits"])
+def test_fused_loss_terms_promote_mixed_dtypes_as_the_plain_ones_do(wide):
+    """float64 advantages and returns (a numpy GAE) or old log-probs against float32 networks, or the
+    other way round: the plain formulas promote; the fused path gives their loss and diagnostics and a
+    gradient in each input's dtype. Compared at float32's tolerance."""
+    logits, values, mb, old = _case(5, torch.float32, spread=0.3)
+    if wide == "advantage and return":
+        mb = {**mb, "advantage": mb["advantage"].double(), "return": mb["return"].double()}
+    elif wide == "old log-prob":
+        old = old.double()
+    else:
+        logits = logits.double()
+    z, v = logits.clone().requires_grad_(), values.clone().requires_grad_()
+    want, want_m = update.loss_terms_deferred(z, v, mb, old_log_prob=old, **HP)
+    want_gz, want_gv = torch.autograd.grad(want, (z, v))
+    zf, vf = logits.clone().requires_grad_(), values.clone().requires_grad_()
+    got, got_m = fast.loss_terms_fused(zf, vf, mb, old_log_prob=old, **HP)
+    gz, gv = torch.autograd.grad(got, (zf, vf))
+    assert got.dtype == want.dtype == torch.float64
+    assert_close(got, want, "PPO-LOSS-3", dtype=torch.float32, what="fused loss, mixed dtypes")
+    for k in want_m:
+        assert_close(got_m[k], want_m[k], "PPO-LOSS-3", dtype=torch.float32, what=f"diagnostic {k}, mixed dtypes")
+    assert (gz.dtype, gv.dtype) == (logits.dtype, values.dtype)
+    assert_close(gz, want_gz, "PPO-LOSS-1", dtype=torch.float32, what="gradient into the logits, mixed dtypes")
+    assert_close(gv, want_gv, "PPO-LOSS-2", dtype=torch.float32, what="gradient into the values, mixed dtypes")
+
+
 def _run(guards: bool, target_kl, minibatch_loss, **kwargs):
     torch.manual_seed(0)
     actor, critic = torch.nn.Linear(5, 9), torch.nn.Linear(5, 1)

@@ -172,6 +172,50 @@ class _Twin(torch.nn.Module):
         return self.q1(obs), self.q2(obs)
 
 
+MIXED = [(torch.float32, torch.float64), (torch.float64, torch.float32)]  # (network output, the other input)
+
+
+@pytest.mark.clause("SAC-CRITIC-2", "SAC-POL-3", "SAC-TOPP-3")
+@pytest.mark.parametrize("dtypes", MIXED, ids=["f32-net f64-rest", "f64-net f32-rest"])
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_fused_heads_promote_mixed_dtypes_as_the_plain_formulas_do(blocks, seed, dtypes):
+    """A float64 reward (a numpy replay) against float32 critics, or critics and policy of different
+    dtypes: the plain formulas promote; each fused head gives their values, in their dtype, and a
+    gradient in its input's dtype. Compared at the narrower dtype's tolerance."""
+    net, rest = dtypes
+    narrow = torch.float32
+    logits, mask, q1, q2, actions, demo = _case(seed, net)
+    y = (torch.randn(q1.shape[0], generator=torch.Generator().manual_seed(seed)) * 3).to(rest)
+    a, b = q1.clone().requires_grad_(), q2.clone().requires_grad_()
+    want = losses.critic_loss_total(a, b, actions, y, legal_mask=mask)
+    want_ga = torch.autograd.grad(want, a)[0]
+    for fused in (lambda x, z: fast.critic_heads_fused(x, z, actions, y, legal_mask=mask)[0],
+                  lambda x, z: sum(fast.critic_head_fused(q, actions, y, legal_mask=mask)[0] for q in (x, z))):
+        fa, fb = q1.clone().requires_grad_(), q2.clone().requires_grad_()
+        got = fused(fa, fb)
+        assert got.dtype == want.dtype
+        assert_close(got, want, "SAC-CRITIC-2", dtype=narrow, what="fused critic total, mixed dtypes")
+        ga = _grad(got, fa)
+        assert ga.dtype == net
+        assert_close(ga, want_ga, "SAC-CRITIC-2", dtype=narrow, what="gradient into Q1, mixed dtypes")
+    q1r, q2r, alpha = q1.to(rest), q2.to(rest), torch.tensor(0.7, dtype=rest)
+    z = logits.clone().requires_grad_()
+    pi = masking.masked_softmax(z, mask)
+    want = losses.policy_loss_total(pi, q1r, q2r, mask, actions, demo, alpha=alpha, lam_bc=0.3)
+    zf = logits.clone().requires_grad_()
+    got = fast.policy_head_fused(zf, q1r, q2r, mask, actions, demo, alpha=alpha, lam_bc=0.3)[0]
+    assert got.dtype == want.dtype
+    assert_close(got, want, "SAC-POL-3", dtype=narrow, what="fused policy total, mixed dtypes")
+    gz = _grad(got, zf)
+    assert gz.dtype == net
+    assert_close(gz, _grad(want, z), "SAC-POL-3", dtype=narrow, what="gradient into the logits, mixed dtypes")
+    pi = masking.masked_softmax(logits, mask)
+    want_v = backup.top_p_soft_value(pi, q1r, q2r, mask, alpha=alpha, p=0.9)
+    got_v, _ = fast.top_p_backup_fused(logits, q1r, q2r, mask, alpha=alpha, p=0.9, eps=masking.PROB_EPS)
+    assert got_v.dtype == want_v.dtype
+    assert_close(got_v, want_v, "SAC-TOPP-3", dtype=narrow, what="fused backup, mixed dtypes")
+
+
 def _nets(seed: int, d: int, a: int):
     torch.manual_seed(seed)
     policy, critic = torch.nn.Linear(d, a), _Twin(d, a)
@@ -182,9 +226,10 @@ def _nets(seed: int, d: int, a: int):
 
 
 @pytest.mark.clause("SAC-STEP-1")
+@pytest.mark.parametrize("reward", DTYPES, ids=["f32-reward", "f64-reward"])  # float32 nets; a numpy replay: float64
 @pytest.mark.parametrize("guards", [True, False])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_fast_update_step_follows_the_plain_one(blocks, seed, guards):
+def test_fast_update_step_follows_the_plain_one(blocks, seed, guards, reward):
     d, a, n = 5, 23, 16
     fast, plain = _nets(seed, d, a), _nets(seed, d, a)
     g = torch.Generator().manual_seed(seed + 100)
@@ -193,7 +238,7 @@ def test_fast_update_step_follows_the_plain_one(blocks, seed, guards):
         _, nmask, *_r2 = _case(int(torch.randint(0, 1 << 30, (), generator=g)), torch.float32, rows=n, width=a)
         b = {"obs": torch.randn(n, d, generator=g), "next_obs": torch.randn(n, d, generator=g),
              "action": torch.multinomial(mask.double(), 1, generator=g).squeeze(1),
-             "reward": torch.randn(n, generator=g), "done": torch.rand(n, generator=g) < 0.2,
+             "reward": torch.randn(n, generator=g, dtype=reward), "done": torch.rand(n, generator=g) < 0.2,
              "is_demo": torch.rand(n, generator=g) < 0.5, "legal_mask": mask, "next_legal_mask": nmask}
         with _checks.validation(guards):
             got = update_step(*fast, b, top_p=0.9, kpi_rows=7)

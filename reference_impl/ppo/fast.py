@@ -15,24 +15,12 @@ from typing import Callable
 import torch
 
 from reference_impl._clip import pessimistic_surrogate, pessimistic_weight
+from reference_impl._dtypes import promoted
+from reference_impl._fused import with_gradients
 # by name: the package attribute ``ppo.losses`` is the contract op once ``reference_impl.ppo`` has loaded
 from reference_impl.ppo.losses import approx_kl, clip_fraction, k3_kl, ratio
 from reference_impl.ppo.masking import _check_logits_and_mask, fill_value
 from reference_impl.ppo.update import _forward
-
-
-class _WithGrads(torch.autograd.Function):
-    """A scalar loss whose gradients with respect to (logits, values) were computed with it."""
-
-    @staticmethod
-    def forward(ctx, logits, values, loss, g_logits, g_values):
-        ctx.save_for_backward(g_logits, g_values)
-        return loss.clone()
-
-    @staticmethod
-    def backward(ctx, upstream):
-        g_logits, g_values = ctx.saved_tensors
-        return g_logits * upstream, g_values * upstream, None, None, None
 
 
 def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, old_log_prob: torch.Tensor,
@@ -52,13 +40,15 @@ def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, ol
     """
     _check_logits_and_mask(logits, mb["mask"])  # the guards of evaluate_actions (off in a validated loop)
     with torch.no_grad():
-        z, v = logits.detach(), values.detach()
+        # mixed dtypes (float64 advantages from a numpy GAE, float32 networks) promote, as in the plain formulas
+        z, v, adv, ret, old_log_prob = promoted(logits.detach(), values.detach(), mb["advantage"].detach(),
+                                                mb["return"].detach(), old_log_prob)
         log_pi = torch.log_softmax(z.masked_fill(~mb["mask"], fill_value(z.dtype)), dim=-1)  # PPO-MASK-1/4
         pi = log_pi.exp()
         idx = mb["action"].long().unsqueeze(-1)
         new = log_pi.gather(-1, idx).squeeze(-1)  # PPO-LOGP-1
         H = -torch.linalg.vecdot(pi, log_pi)  # PPO-ENT-1, exactly 0 from illegal entries (π = 0)
-        n, adv, ret = new.shape[0], mb["advantage"].detach(), mb["return"].detach()
+        n = new.shape[0]
         r = ratio(new, old_log_prob)  # PPO-RATIO-1
         lo, hi = 1.0 - clip_eps, 1.0 + clip_eps
         unclipped, clipped = r * adv, r.clamp(lo, hi) * adv
@@ -79,7 +69,7 @@ def loss_terms_fused(logits: torch.Tensor, values: torch.Tensor, mb: dict, *, ol
             "ratio_mean": r.mean(), "ratio_std": r.std() if n > 1 else torch.zeros_like(r.sum()),
             "log_prob_min": new.min(),  # §7 diagnostic, PPO-SLO-5
         }
-    return _WithGrads.apply(logits, values, loss, g_z, g_v), metrics
+    return with_gradients(loss, [logits, values], [g_z, g_v]), metrics
 
 
 def minibatch_loss_fused(actor: Callable, critic: Callable, mb: dict, *, clip_eps: float, vf_coef: float,

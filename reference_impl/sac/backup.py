@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from reference_impl import _checks
+from reference_impl._dtypes import promoted
 
 
 def _min_q(q1: torch.Tensor, q2: torch.Tensor) -> torch.Tensor:
@@ -159,7 +160,8 @@ def _soft_value_expanded(probs, q1, q2, selected, alpha) -> torch.Tensor:
     Σ_P π_p (q − α log π_p) = (Σ w q + α Σ entr(w)) / Z + α log Z, entr(w) = −w log w (0 at w = 0)."""
     w = probs.masked_fill(~selected, 0.0)
     z = w.sum(-1)
-    return (torch.linalg.vecdot(w, _min_q(q1, q2)) + alpha * torch.special.entr(w).sum(-1)) / z + alpha * torch.log(z)
+    wq, q = promoted(w, _min_q(q1, q2))  # vecdot refuses mixed dtypes
+    return (torch.linalg.vecdot(wq, q) + alpha * torch.special.entr(w).sum(-1)) / z + alpha * torch.log(z)
 
 
 def _check_top_p(probs: torch.Tensor, legal_mask: torch.Tensor, p: float, clause: str) -> None:

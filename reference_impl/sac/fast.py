@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl import _checks
+from reference_impl._dtypes import promoted
+from reference_impl._fused import with_gradients
 from reference_impl.sac.backup import _check_top_p, _min_q, _select, blocked, by_blocks
 from reference_impl.sac.masking import PROB_EPS
 
@@ -79,9 +81,10 @@ def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: floa
         pi = masked_softmax_fast(z, m, eps=eps)
         w = mask_ops(m if p >= 1.0 else _select(pi, m, p), pi)[0](pi)  # π·1[P]
         cov = w.sum(-1)
+        # π and its Top-p set stay in the logits' dtype, as in the plain chain; the values are promoted
+        w, log_pi, q = promoted(w, pi.log_(), _min_q(q1r, q2r))
         # the expanded SAC-TOPP-3 of _soft_value_expanded, with log π taken where π ≥ ε > 0
-        v = (torch.linalg.vecdot(w, _min_q(q1r, q2r)) - alpha * torch.linalg.vecdot(w, pi.log_())) / cov \
-            + alpha * torch.log(cov)
+        v = (torch.linalg.vecdot(w, q) - alpha * torch.linalg.vecdot(w, log_pi)) / cov + alpha * torch.log(cov)
         return v, cov
 
     with torch.no_grad():
@@ -92,21 +95,6 @@ def top_p_backup_fused(logits, q1, q2, legal_mask, *, alpha, p: float, eps: floa
 # Each head over [B, |A|] in one pass, row block by row block, with the gradient with respect to the
 # network output computed next to the value (the loss is a sum of per-row terms, so its gradient is known
 # in closed form). losses.critic_loss_total and losses.policy_loss_total are their oracle.
-
-class _WithGrad(torch.autograd.Function):
-    """A scalar whose gradient with respect to ``x`` was computed with it: backward returns
-    ``grad · upstream`` (``grad`` is consumed, so the graph supports a single backward)."""
-
-    @staticmethod
-    def forward(ctx, x, value, grad):
-        ctx.save_for_backward(grad)
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, upstream):
-        (grad,) = ctx.saved_tensors
-        return grad.mul_(upstream), None, None
-
 
 def _huber_grad(d: torch.Tensor, delta: float) -> torch.Tensor:
     return d.clamp(-delta, delta)  # ∂Huber_δ(d)/∂d
@@ -124,10 +112,10 @@ def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, 
     _checks.index_in_range(actions, q_all.shape[-1], "SAC-CRITIC-2", "actions")
     rows = q_all.shape[0]
     idx = actions.long().unsqueeze(-1)
-    q = q_all.detach()
+    q, y = promoted(q_all.detach(), target.detach())
     taken = q.gather(-1, idx).squeeze(-1)
-    huber = F.huber_loss(taken, target.detach(), reduction="none", delta=delta).mean()
-    coef = _huber_grad(taken - target.detach(), delta)  # the Huber gradient at the taken action, per row
+    huber = F.huber_loss(taken, y, reduction="none", delta=delta).mean()
+    coef = _huber_grad(taken - y, delta)  # the Huber gradient at the taken action, per row
     cql = q.new_zeros(())
     if use_cql:
         def rows_lse(qr, m):
@@ -141,22 +129,7 @@ def critic_head_fused(q_all: torch.Tensor, actions, target, *, legal_mask=None, 
     else:
         grad = torch.zeros_like(q)
     grad.scatter_add_(-1, idx, coef.unsqueeze(-1)).div_(rows)
-    return _WithGrad.apply(q_all, huber + cql, grad), huber, cql
-
-
-class _WithTwinGrad(torch.autograd.Function):
-    """:class:`_WithGrad` for two inputs whose gradients were computed together, stacked as ``grad[2, ...]``."""
-
-    @staticmethod
-    def forward(ctx, x1, x2, value, grad):
-        ctx.save_for_backward(grad)
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, upstream):
-        (grad,) = ctx.saved_tensors
-        g1, g2 = grad.mul_(upstream).unbind(0)
-        return g1, g2, None, None
+    return with_gradients(huber + cql, [q_all], [grad]), huber, cql
 
 
 def critic_heads_fused(q1_all: torch.Tensor, q2_all: torch.Tensor, actions, target, *, legal_mask=None,
@@ -176,9 +149,8 @@ def critic_heads_fused(q1_all: torch.Tensor, q2_all: torch.Tensor, actions, targ
         return l1 + l2, h1 + h2, c1 + c2, q_min
     _checks.index_in_range(actions, q1_all.shape[-1], "SAC-CRITIC-2", "actions")
     rows = q1_all.shape[0]
-    q = torch.stack((q1_all.detach(), q2_all.detach()))  # [2, B, |A|]
+    q, y = promoted(torch.stack((q1_all.detach(), q2_all.detach())), target.detach())  # q: [2, B, |A|]
     idx = actions.long().view(1, rows, 1).expand(2, rows, 1)
-    y = target.detach()
     taken = q.gather(-1, idx).squeeze(-1)  # [2, B]
     huber = 2 * F.huber_loss(taken, y.expand(2, rows), delta=delta)  # each critic's mean, summed
     coef = _huber_grad(taken - y, delta)
@@ -190,7 +162,7 @@ def critic_heads_fused(q1_all: torch.Tensor, q2_all: torch.Tensor, actions, targ
     else:
         grad, cql = torch.zeros_like(q), q.new_zeros(())
     grad.scatter_add_(-1, idx, coef.unsqueeze(-1)).div_(rows)
-    return _WithTwinGrad.apply(q1_all, q2_all, huber + cql, grad), huber, cql, taken.amin(0)
+    return with_gradients(huber + cql, [q1_all, q2_all], grad), huber, cql, taken.amin(0)
 
 
 def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, lam_bc: float = 0.1,
@@ -209,8 +181,8 @@ def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, la
     _checks.index_in_range(actions, logits.shape[-1], "SAC-BC-1", "actions")
     rows = logits.shape[0]
     eps = max(PROB_EPS if eps is None else eps, torch.finfo(logits.dtype).tiny)
-    z_all, idx = logits.detach(), actions.long().unsqueeze(-1)
-    demo = is_demo.to(logits.dtype)
+    (z_all, q1, q2), idx = promoted(logits.detach(), q1, q2), actions.long().unsqueeze(-1)
+    demo = is_demo.to(z_all.dtype)
     n_demo = demo.sum().clamp_min(1.0)
     bc_coef = -lam_bc * demo / n_demo  # ∂L_BC/∂π(a*) = bc_coef / π(a*)
 
@@ -234,4 +206,4 @@ def policy_head_fused(logits, q1, q2, legal_mask, actions, is_demo, *, alpha, la
     pol = (alpha * neg_ent - soft).mean()  # E_o Σ π (α log π − q)
     ent = neg_ent.neg()
     bc = torch.dot(log_taken, bc_coef)  # λ · mean over demo rows of −log π(a*)
-    return _WithGrad.apply(logits, pol + bc, grad), pol, bc, ent
+    return with_gradients(pol + bc, [logits], [grad]), pol, bc, ent

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl import _checks
+from reference_impl._dtypes import promoted
 from reference_impl.sac.backup import (
     _min_q,
     _weighted_soft,
@@ -24,7 +25,7 @@ def critic_loss(q1_taken, q2_taken, target, *, delta: float = 1.0) -> torch.Tens
     Implements: SAC-CRITIC-1.
     """
     _checks.same_shape("SAC-CRITIC-1", q1_taken=q1_taken, q2_taken=q2_taken, target=target)
-    y = target.detach()
+    q1_taken, q2_taken, y = promoted(q1_taken, q2_taken, target.detach())  # huber_loss's backward needs one dtype
     per_sample = F.huber_loss(q1_taken, y, reduction="none", delta=delta) + F.huber_loss(
         q2_taken, y, reduction="none", delta=delta
     )
