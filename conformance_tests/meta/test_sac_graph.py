@@ -6,10 +6,15 @@ shape that depends on data. TorchDynamo with ``fullgraph=True`` refuses exactly 
 an error), so tracing each phase's objective on the accelerator plan is the CPU's proof that the GPU
 can capture it. Where capture does not apply, the captured update must be the eager one, value for
 value; on a real GPU the replayed graph must follow the eager update (run by tools/gpu_checks.sh).
+What ``CapturedUpdate`` does around the graph (warm-up, capture, replay, fallbacks) runs here on a CUDA
+graph simulated on the CPU (``_SimulatedGraphs``), so CI checks it without a GPU.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
+import warnings
 from unittest import mock
 
 import pytest
@@ -19,8 +24,8 @@ from conformance_tests import simdevice
 from conformance_tests.harness import assert_close
 from conformance_tests.meta.test_sac_fastpaths import _case, _nets
 from reference_impl import _checks
-from reference_impl.sac import backup, fast, step
-from reference_impl.sac.graphed import CapturedUpdate
+from reference_impl.sac import backup, fast, graphed, step
+from reference_impl.sac.graphed import CapturedUpdate, can_capture, make_capturable
 from reference_impl.sac.step import (
     critic_objective,
     policy_objective,
@@ -146,3 +151,185 @@ def test_the_replayed_graph_follows_the_eager_update_on_cuda(compiled):
     for net_g, net_e in zip(moved[0][:3], moved[1][:3]):
         for a, b in zip(net_g.parameters(), net_e.parameters()):
             assert_close(a.detach(), b.detach(), "SAC-STEP-1", what="parameters after 6 updates")
+
+
+# ------------------------------------------------------------------ the capture logic, on a simulated CUDA graph
+class _SimulatedGraphs:
+    """CUDA-graph semantics on the CPU, so that what ``CapturedUpdate`` does around the graph (when it
+    warms up, when it records, what the graph reads and writes) is checked where CI runs.
+
+    Capture records the update and runs nothing: the real networks, optimisers and batch stay as they are
+    (the recorded call runs on a deep copy, which only gives the diagnostics' keys and shapes). Replay runs
+    the recorded call on the objects bound at capture, as a graph reads fixed addresses: a batch rebound
+    rather than copied into its buffers after capture would go unseen, as on a GPU. It writes the
+    diagnostics into the tensor recorded as the graph's output, with the guards off, as a graph has none.
+    """
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.graphs, self.active = fail, [], []
+
+    def graph_class(self):
+        sim = self
+
+        class Graph:
+            def __init__(self):
+                self.call, self.output, self.replays = None, None, 0
+                sim.graphs.append(self)
+
+            def replay(self):
+                order, nets, batch, hp = self.call
+                with _checks.validation(False):
+                    out = step.phase_diagnostics(order, *nets, batch, **hp)
+                    with torch.no_grad():
+                        self.output.copy_(step.stack_diagnostics(out))
+                self.replays += 1
+
+        return Graph
+
+    @contextlib.contextmanager
+    def capture(self, graph):
+        if self.fail:
+            raise RuntimeError("simulated: operation not permitted when stream is capturing")
+        self.active.append(graph)
+        try:
+            yield
+        finally:
+            self.active.pop()
+
+    def phase_diagnostics(self, order, *args, **hp):
+        if not self.active:
+            return step.phase_diagnostics(order, *args, **hp)
+        *nets, batch = args
+        self.active[-1].call = (tuple(order), tuple(nets), dict(batch), hp)
+        return step.phase_diagnostics(order, *copy.deepcopy(args), **hp)
+
+    def stack_diagnostics(self, out):
+        vec = step.stack_diagnostics(out)
+        if self.active:
+            self.active[-1].output = vec
+        return vec
+
+    @contextlib.contextmanager
+    def patched(self):
+        """``graphed`` on a CPU that claims CUDA: streams are no-ops; the optimisers keep their CPU step
+        (Adam refuses ``capturable`` off an accelerator), so ``make_capturable`` only records its calls."""
+        stream = mock.MagicMock()
+        self.made_capturable = []
+        with contextlib.ExitStack() as st:
+            st.enter_context(mock.patch.object(graphed, "can_capture", lambda *t, all_rows=None: all_rows is None))
+            st.enter_context(mock.patch.object(graphed, "make_capturable", self.made_capturable.append))
+            st.enter_context(mock.patch.object(graphed, "phase_diagnostics", self.phase_diagnostics))
+            st.enter_context(mock.patch.object(graphed, "stack_diagnostics", self.stack_diagnostics))
+            st.enter_context(mock.patch.object(torch.cuda, "CUDAGraph", self.graph_class()))
+            st.enter_context(mock.patch.object(torch.cuda, "graph", self.capture))
+            st.enter_context(mock.patch.object(torch.cuda, "Stream", stream))
+            st.enter_context(mock.patch.object(torch.cuda, "stream", lambda s: contextlib.nullcontext()))
+            st.enter_context(mock.patch.object(torch.cuda, "current_stream", stream))
+            yield self
+
+
+def _assert_same_update(got: dict, want: dict, what: str) -> None:
+    assert got.keys() == want.keys(), what
+    for k in want:
+        assert_close(torch.tensor(got[k]), torch.tensor(want[k]), "SAC-STEP-1", what=f"{what}: {k}")
+
+
+def _assert_same_nets(a_nets, b_nets, what: str) -> None:
+    for net_a, net_b in zip(a_nets[:3], b_nets[:3]):
+        for a, b in zip(net_a.parameters(), net_b.parameters(), strict=True):
+            assert_close(a.detach(), b.detach(), "SAC-STEP-1", what=what)
+    assert_close(a_nets[3].detach(), b_nets[3].detach(), "SAC-STEP-1", what=f"{what}: log alpha")
+
+
+@pytest.mark.clause("SAC-STEP-1")
+@pytest.mark.parametrize("validated", [0, 2])
+def test_the_graph_is_recorded_after_the_warm_up_and_replayed_for_every_later_batch(validated):
+    """Validated calls (guards on) run eagerly and do not count; the next ``warmup`` unguarded calls run
+    eagerly; the one after records the graph (and its replay is that call's update); every later call
+    replays it. Each call's diagnostics and the networks after it are the eager update's."""
+    bound, plain = _nets(5, D, A), _nets(5, D, A)
+    with _SimulatedGraphs().patched() as sim:
+        upd = CapturedUpdate(*bound, top_p=0.9, kpi_rows=7, warmup=2)
+        assert sim.made_capturable == list(bound[4].values())
+        for i in range(validated + 6):
+            guards = i < validated
+            with _checks.validation(guards):
+                got = upd(_batch(40 + i))
+                want = update_step(*plain, _batch(40 + i), top_p=0.9, kpi_rows=7)
+            _assert_same_update(got, want, f"call {i}")
+            _assert_same_nets(bound, plain, f"networks after call {i}")
+            unguarded = i + 1 - validated
+            assert upd.captured == (unguarded >= 3), f"call {i}"
+            assert len(sim.graphs) == (unguarded >= 3)
+        assert sim.graphs[0].replays == 4
+
+
+@pytest.mark.clause("SAC-STEP-1")
+def test_a_batch_of_another_signature_runs_eagerly_and_leaves_the_graph_as_recorded():
+    bound, plain = _nets(6, D, A), _nets(6, D, A)
+    short = {k: v[: N - 4] for k, v in _batch(60).items()}
+    with _SimulatedGraphs().patched() as sim, _checks.validation(False):
+        upd = CapturedUpdate(*bound, top_p=0.9, kpi_rows=7, warmup=1)
+        for i, b in enumerate([_batch(61), _batch(62), short, {**_batch(63), "reward": _batch(63)["reward"].double()},
+                               _batch(64)]):
+            want = update_step(*plain, b, top_p=0.9, kpi_rows=7)
+            _assert_same_update(upd(b), want, f"call {i}")
+            _assert_same_nets(bound, plain, f"networks after call {i}")
+        assert len(sim.graphs) == 1 and sim.graphs[0].replays == 2  # calls 1 and 4; 2 and 3 were eager
+
+
+@pytest.mark.clause("SAC-STEP-1")
+def test_a_failed_capture_warns_and_every_later_call_is_the_eager_update():
+    bound, plain = _nets(7, D, A), _nets(7, D, A)
+    with _SimulatedGraphs(fail=True).patched(), _checks.validation(False):
+        upd = CapturedUpdate(*bound, top_p=0.9, kpi_rows=7, warmup=1)
+        for i in range(4):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = upd(_batch(70 + i))
+            _assert_same_update(got, update_step(*plain, _batch(70 + i), top_p=0.9, kpi_rows=7), f"call {i}")
+            failed = [w for w in caught if "could not be captured" in str(w.message)]
+            assert len(failed) == (i == 1) and all(w.category is RuntimeWarning for w in failed), f"call {i}"
+        assert not upd.captured and not upd.enabled
+        _assert_same_nets(bound, plain, "networks after 4 calls")
+
+
+@pytest.mark.parametrize("setting", ["capture=False", "all_rows"])
+def test_no_capture_is_attempted_where_it_does_not_apply(setting):
+    """``capture=False``, or gradients averaged over ranks (``all_rows``): eager, optimisers left as they are."""
+    kw = {"capture": False} if setting == "capture=False" else {"all_rows": lambda x: x}
+    bound, plain = _nets(8, D, A), _nets(8, D, A)
+    with _SimulatedGraphs().patched() as sim, _checks.validation(False):
+        upd = CapturedUpdate(*bound, top_p=0.9, kpi_rows=7, warmup=0, **kw)
+        for i in range(3):
+            want = update_step(*plain, _batch(80 + i), top_p=0.9, kpi_rows=7, all_rows=kw.get("all_rows"))
+            _assert_same_update(upd(_batch(80 + i)), want, f"call {i}")
+    assert not upd.enabled and not sim.graphs and not sim.made_capturable
+
+
+def test_can_capture_needs_cuda_for_every_tensor_and_one_process():
+    on, off = mock.Mock(is_cuda=True), mock.Mock(is_cuda=False)
+    with mock.patch.object(torch.cuda, "is_available", lambda: True):
+        assert can_capture(on, on)
+        assert not can_capture(on, off)
+        assert not can_capture(on, all_rows=lambda x: x)
+    with mock.patch.object(torch.cuda, "is_available", lambda: False):
+        assert not can_capture(on)
+    assert not can_capture(torch.zeros(2))
+
+
+def test_make_capturable_sets_the_flag_and_moves_step_counts_to_the_parameters():
+    """Adam's groups become capturable and a step count held elsewhere joins its parameter's device (a
+    checkpoint loaded on the host); SGD has no such flag and is left as it is."""
+    p, q = torch.zeros(3, device="meta"), torch.zeros(2, device="meta")
+    adam = torch.optim.Adam([{"params": [p]}, {"params": [q]}], lr=0.1)
+    adam.state[p] = {"step": torch.tensor(3.0)}
+    adam.state[q] = {"step": 4.0}
+    make_capturable(adam)
+    assert all(g["capturable"] for g in adam.param_groups)
+    assert adam.state[p]["step"].device == p.device
+    assert adam.state[q]["step"] == 4.0
+    sgd = torch.optim.SGD([torch.zeros(2)], lr=0.1)
+    before = [dict(g) for g in sgd.param_groups]
+    make_capturable(sgd)
+    assert [dict(g) for g in sgd.param_groups] == before and "capturable" not in sgd.param_groups[0]
