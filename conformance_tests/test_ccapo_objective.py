@@ -192,6 +192,29 @@ def test_diagnostics_are_zero_when_every_ratio_is_one(ccapo, key):
                  what=f"{key} with every ratio 1")
 
 
+# Past the zero core, without choosing between the two estimators the convention allows: on a batch whose
+# actions occur in exactly the old policy's proportions, k1 (mean of -log r) is KL(old||new) by definition,
+# and so is k3 (mean of (r - 1) - log r), whose extra term sums pi_new - pi_old over the actions, i.e. 0.
+# A sign-flipped or shifted estimator is not (k3 with + log r gives -KL), nor k2 (mean of (log r)^2 / 2).
+# Every trajectory has the same length and the same proportions, so the per-trajectory and the flat
+# mean agree too.
+@pytest.mark.clause("CCAPO-PPO-1")
+@given(st.lists(st.tuples(st.integers(1, 9), st.floats(0.05, 0.95)), min_size=1, max_size=4))
+def test_approx_kl_is_the_exact_kl_on_a_batch_in_the_old_policys_proportions(ccapo, policies):
+    T = 10
+    old, new, kls = [], [], []
+    for k, q in policies:  # two actions: pi_old = (k/T, 1 - k/T), pi_new = (q, 1 - q); k of the T steps take the first
+        p = k / T
+        old.append([math.log(p)] * k + [math.log1p(-p)] * (T - k))
+        new.append([math.log(q)] * k + [math.log1p(-q)] * (T - k))
+        kls.append(p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q)))
+    old_t, new_t = torch.tensor(old, dtype=F64), torch.tensor(new, dtype=F64)
+    out = ccapo.policy_loss(new_t, old_t, new_t, torch.ones_like(new_t), torch.ones(old_t.shape, dtype=torch.bool),
+                            clip_eps=0.2, beta_kl=0.04)
+    assert_close(reported(out, "approx_kl", "ccapo.policy_loss"), float(np.mean(kls)), "CCAPO-PPO-1", dtype=F64,
+                 what="approx_kl where the batch holds the old policy's proportions exactly (KL(old||new))")
+
+
 # A ratio exactly on the edge of [1 - eps, 1 + eps] is inside it: clipped means |r - 1| > eps, strictly.
 @pytest.mark.clause("CCAPO-PPO-1")
 @pytest.mark.parametrize("log_ratio", [np.log(1.3), np.log(0.75)])
