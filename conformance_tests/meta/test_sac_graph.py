@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import re
 import warnings
 from unittest import mock
 
@@ -333,3 +334,23 @@ def test_make_capturable_sets_the_flag_and_moves_step_counts_to_the_parameters()
     before = [dict(g) for g in sgd.param_groups]
     make_capturable(sgd)
     assert [dict(g) for g in sgd.param_groups] == before and "capturable" not in sgd.param_groups[0]
+
+
+def test_the_warm_up_silences_the_warning_torch_gives_for_a_capturable_step_run_eagerly():
+    """The warm-up steps capturable optimisers outside a graph, on purpose; torch can warn about exactly that
+    and the filter must match its text. Torch warns on a GPU only (the accelerator is patched in here) and
+    once per optimiser, behind a flag that torch 2.13 sets at construction (re-armed here)."""
+    opt = torch.optim.Adam([torch.zeros(2, requires_grad=True)], lr=0.1, capturable=True)
+    opt._warned_capturable_if_run_uncaptured = False
+    check = getattr(opt, "_accelerator_graph_capture_health_check", None) or opt._cuda_graph_capture_health_check
+    on_gpu = {(torch.accelerator, "current_accelerator"): lambda check_available=False: torch.device("cuda"),
+              (torch.accelerator, "current_stream"): lambda *a: mock.Mock(is_capturing=lambda: False),
+              (torch.cuda, "is_available"): lambda: True, (torch.backends.cuda, "is_built"): lambda: True,
+              (torch.cuda, "is_current_stream_capturing"): lambda: False}  # the newer check, then the older one
+    with contextlib.ExitStack() as st, warnings.catch_warnings(record=True) as caught:
+        for (module, name), fake in on_gpu.items():
+            st.enter_context(mock.patch.object(module, name, fake, create=True))
+        warnings.simplefilter("always")
+        check()
+    assert len(caught) == 1
+    assert re.match(graphed._UNCAPTURED, str(caught[0].message))
