@@ -8,23 +8,22 @@ import torch
 
 class _WithGradients(torch.autograd.Function):
     """``value`` with the gradients of its ``n`` inputs given beside it (computed in closed form next to
-    the value, so backward is this one node). Backward returns ``gradient · upstream`` in each input's
-    dtype: the fused paths work in the promoted dtype where their inputs were mixed, as the plain formulas
-    do, and autograd does not cast. The gradients are consumed (scaled in place): one backward per graph."""
+    the value, so backward is this one node). Backward returns ``gradient · upstream``; where a fused path
+    worked in a promoted dtype, autograd casts it to its input's dtype. The gradients are consumed (scaled
+    in place): one backward per graph."""
 
     @staticmethod
     def forward(ctx, value, n, *inputs_then_grads):
         ctx.save_for_backward(*inputs_then_grads[n:])
-        ctx.dtypes = tuple(x.dtype for x in inputs_then_grads[:n])
+        ctx.n = n
         return value.clone()
 
     @staticmethod
     def backward(ctx, upstream):
         saved = ctx.saved_tensors  # read once: a second read would see them scaled in place, and refuse
         grads = [g.mul_(upstream) for g in saved]
-        if len(saved) < len(ctx.dtypes):  # one stacked gradient, scaled in one op
+        if len(saved) < ctx.n:  # one stacked gradient, scaled in one op
             grads = grads[0].unbind(0)
-        grads = [g if g.dtype == dt else g.to(dt) for g, dt in zip(grads, ctx.dtypes)]
         return None, None, *grads, *(None for _ in saved)
 
 

@@ -70,3 +70,22 @@ def test_promoted_casts_to_the_dtype_that_arithmetic_gives(dtypes):
         assert o.dtype == want
         assert (o is t) == (t.dtype == want)
         assert torch.equal(o.double(), t.double())
+
+
+def test_promoted_of_one_dtype_returns_its_tensors_and_dispatches_nothing():
+    """The fused paths call it on every step: where the dtypes already agree (one tensor included) it must
+    not dispatch an op (``torch.promote_types`` is one, a kernel-free launch on the op count)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    x, y = torch.ones(2), torch.zeros(3)
+    with Count():
+        one, two = promoted(x), promoted(x, y)
+    assert Count.ops == 0
+    assert one[0] is x and two[0] is x and two[1] is y

@@ -15,6 +15,7 @@ import contextlib
 import copy
 import functools
 import re
+import sys
 import warnings
 from unittest import mock
 
@@ -155,12 +156,16 @@ def test_the_replayed_graph_follows_the_eager_update_on_cuda(compiled):
 
 
 # ------------------------------------------------------------------ the capture logic, on a simulated CUDA graph
+_HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy")
+
+
 class _SimulatedGraphs:
     """CUDA-graph semantics on the CPU, so that what ``CapturedUpdate`` does around the graph (when it
     warms up, when it records, what the graph reads and writes) is checked where CI runs.
 
     Capture records the update and runs nothing: the real networks, optimisers and batch stay as they are
-    (the recorded call runs on a deep copy, which only gives the diagnostics' keys and shapes). Replay runs
+    (the recorded call runs on a deep copy, which only gives the diagnostics' keys and shapes), and a read
+    of a value on the host raises, as a synchronisation inside a capture does on a GPU. Replay runs
     the recorded call on the objects bound at capture, as a graph reads fixed addresses: a batch rebound
     rather than copied into its buffers after capture would go unseen, as on a GPU. It writes the
     diagnostics into the tensor recorded as the graph's output, with the guards off, as a graph has none.
@@ -191,9 +196,24 @@ class _SimulatedGraphs:
     def capture(self, graph):
         if self.fail:
             raise RuntimeError("simulated: operation not permitted when stream is capturing")
+
+        def refused(name):
+            original = getattr(torch.Tensor, name)
+
+            def read(t, *args, **kwargs):
+                # the optimisers' own step counts excepted: on a GPU they are capturable (no read); a CPU Adam reads
+                if sys._getframe(1).f_globals.get("__name__", "").startswith("torch.optim"):
+                    return original(t, *args, **kwargs)
+                raise RuntimeError(f"simulated: operation not permitted when stream is capturing (Tensor.{name})")
+
+            return read
+
         self.active.append(graph)
         try:
-            yield
+            with contextlib.ExitStack() as st:
+                for name in _HOST_READS:
+                    st.enter_context(mock.patch.object(torch.Tensor, name, refused(name)))
+                yield
         finally:
             self.active.pop()
 
@@ -290,8 +310,12 @@ def test_a_failed_capture_warns_and_every_later_call_is_the_eager_update():
                 got = upd(_batch(70 + i))
             _assert_same_update(got, update_step(*plain, _batch(70 + i), top_p=0.9, kpi_rows=7), f"call {i}")
             failed = [w for w in caught if "could not be captured" in str(w.message)]
-            assert len(failed) == (i == 1) and all(w.category is RuntimeWarning for w in failed), f"call {i}"
-        assert not upd.captured and not upd.enabled
+            assert len(failed) == (i == 1), f"call {i}"
+            for w in failed:  # the RuntimeError's text, at the caller's line
+                assert re.fullmatch(r"the SAC update could not be captured as a CUDA graph \(simulated: .*\); "
+                                    r"it runs eagerly", str(w.message))
+                assert (w.category, w.filename) == (RuntimeWarning, __file__)
+        assert not upd.captured and upd.enabled is False
         _assert_same_nets(bound, plain, "networks after 4 calls")
 
 
