@@ -130,12 +130,9 @@ def test_top_p_boundaries_exact_hits_ties_and_degenerate_rows(sac, case):
     _check_top_p_set(sac.top_p_select(probs, mask, p=p), np_(probs).astype(np.float64), np_(mask), p)
 
 
-@st.composite
-def vocabulary_policies(draw):
-    """Peaked rows over a 600-character vocabulary (Zipf-like, as a trained policy)."""
-    B, A = draw(st.integers(1, 4)), 600
-    seed = draw(st.integers(0, 2**31 - 1))
-    g = np.random.default_rng(seed)
+def _vocabulary_rows(g: np.random.Generator, B: int, A: int = 600):
+    """B peaked rows over an A-character vocabulary (Zipf-like, as a trained policy), ε-clipped, with a
+    random 5% of the actions illegal (never action 0)."""
     z = -3.0 * np.log(g.permuted(np.tile(np.arange(1, A + 1), (B, 1)), axis=1)) + 0.3 * g.standard_normal((B, A))
     mask = g.random((B, A)) > 0.05
     mask[:, 0] = True
@@ -145,12 +142,38 @@ def vocabulary_policies(draw):
     return torch.tensor(pn), torch.tensor(mask)
 
 
+@st.composite
+def vocabulary_policies(draw):
+    """Peaked rows over a 600-character vocabulary (Zipf-like, as a trained policy)."""
+    return _vocabulary_rows(np.random.default_rng(draw(st.integers(0, 2**31 - 1))), draw(st.integers(1, 4)))
+
+
 @pytest.mark.clause("SAC-TOPP-1")
 @given(vocabulary_policies(), st.sampled_from([0.9, 0.95, 0.98, 0.99]))
 def test_top_p_over_a_large_vocabulary(sac, pm, p):
     probs, mask = pm
     pn, mn = np_(probs), np_(mask)
     _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p, band=_rounding_band(pn))
+
+
+# Rows are independent: a row's Top-p set and soft value cannot depend on the rows beside it or on how many
+# there are. An implementation may cut a large batch into row chunks (the reference does, past a few MB, to
+# stay in cache; a GPU kernel has its own tiling): 2,400 copies of six template rows, shuffled, cross such a
+# cut, and each must get its template's result computed alone.
+@pytest.mark.clause("SAC-TOPP-1", "SAC-TOPP-3")
+def test_top_p_rows_do_not_depend_on_the_batch_around_them(sac):
+    g, p = np.random.default_rng(98), 0.98
+    probs, mask = _vocabulary_rows(g, 6)
+    q1, q2 = (torch.tensor(g.normal(0.0, 3.0, probs.shape)) for _ in range(2))
+    which = torch.tensor(g.integers(0, 6, 2400))
+    alone = np_(sac.top_p_select(probs, mask, p=p)).astype(bool)
+    _check_top_p_set(alone, np_(probs), np_(mask), p, band=_rounding_band(np_(probs)))
+    in_batch = np_(sac.top_p_select(probs[which], mask[which], p=p)).astype(bool)
+    assert_equal(in_batch.tolist(), alone[np_(which)].tolist(), "SAC-TOPP-1",
+                 "each of 2,400 rows selects what its template selects alone")
+    v_alone = sac.top_p_soft_value(probs, q1, q2, mask, alpha=0.3, p=p)
+    v_batch = sac.top_p_soft_value(probs[which], q1[which], q2[which], mask[which], alpha=0.3, p=p)
+    assert_close(v_batch, np_(v_alone)[np_(which)], "SAC-TOPP-3", what="each row's soft value as its template's alone")
 
 
 @pytest.mark.clause("SAC-TOPP-1")
