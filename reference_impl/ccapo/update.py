@@ -8,12 +8,12 @@ policy, then zero_grad, backward, gradient-norm clip, step. Mutants swap the ``o
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import torch
 
 from reference_impl import _checks
+from reference_impl._dtypes import promoted
 from reference_impl.ccapo.losses import policy_loss
 
 REQUIRED = ("obs", "legal", "action", "logp_old", "advantage", "mask")
@@ -92,12 +92,9 @@ def make_ccapo_update(objective: Callable = objective, step: Callable = step) ->
                 logp_new = taken_log_prob(policy, mb["obs"], mb["legal"], mb["action"])
                 out = objective(logp_new, mb, clip_eps=clip_eps, beta_kl=beta_kl)  # CCAPO-PPO-1, CCAPO-PPO-2
                 norm = step(optimizer, out["loss"], params, max_grad_norm)  # CCAPO-UPDATE-1
-                vals = [out[m].detach() for m in METRICS[:-1]] + [norm]
-                dt = torch.promote_types(vals[0].dtype, norm.dtype)
-                stats.append(torch.stack([v.to(dt) for v in vals]))  # stays on the device
+                stats.append(torch.stack(promoted(*(out[m].detach() for m in METRICS[:-1]), norm)))  # on the device
                 where.append({"epoch": epoch, "minibatch": k})
-        dt = functools.reduce(torch.promote_types, (v.dtype for v in stats))
-        host = torch.stack([v.to(dt) for v in stats]).tolist()  # one transfer per update
+        host = torch.stack(promoted(*stats)).tolist()  # one transfer per update
         return [{**dict(zip(METRICS, vals)), **w} for vals, w in zip(host, where)]
 
     return ccapo_update
