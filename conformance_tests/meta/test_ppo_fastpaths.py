@@ -37,24 +37,32 @@ def _case(seed: int, dtype, n: int = 24, a: int = 9, *, spread: float = 0.0):
     return logits, torch.randn(n, generator=g, dtype=dtype), mb, old
 
 
+def _plain_and_fused(logits, values, mb, old) -> list[tuple]:
+    """(loss, diagnostics, ∂/∂logits, ∂/∂values) of the plain path, then of the fused one."""
+    out = []
+    for loss_terms in (update.loss_terms_deferred, fast.loss_terms_fused):
+        z, v = logits.clone().requires_grad_(), values.clone().requires_grad_()
+        loss, metrics = loss_terms(z, v, mb, old_log_prob=old, **HP)
+        out.append((loss, metrics, *torch.autograd.grad(loss, (z, v))))
+    return out
+
+
+def _assert_fused_is_plain(want: tuple, got: tuple, dtype=None, what: str = "") -> None:
+    (loss, metrics, gz, gv), (want_loss, want_m, want_gz, want_gv) = got, want
+    assert_close(loss, want_loss, "PPO-LOSS-3", dtype=dtype, what=f"fused loss == plain loss{what}")
+    assert_equal(sorted(metrics), sorted(want_m), "PPO-LOSS-3", "the same diagnostics")
+    for k in want_m:
+        assert_close(metrics[k], want_m[k], "PPO-LOSS-3", dtype=dtype, what=f"diagnostic {k}{what}")
+    assert_close(gz, want_gz, "PPO-LOSS-1", dtype=dtype, what=f"gradient into the logits{what}")
+    assert_close(gv, want_gv, "PPO-LOSS-2", dtype=dtype, what=f"gradient into the values{what}")
+
+
 @pytest.mark.clause("PPO-LOSS-3", "PPO-LOSS-1", "PPO-LOSS-2", "PPO-ENT-1", "PPO-LOGP-1")
 @pytest.mark.parametrize("spread", [0.0, 0.05, 1.0])  # ratio 1, near the clip edges, far outside
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("seed", range(4))
 def test_fused_loss_terms_equal_the_plain_ones(seed, dtype, spread):
-    logits, values, mb, old = _case(seed, dtype, spread=spread)
-    z, v = logits.clone().requires_grad_(), values.clone().requires_grad_()
-    want, want_m = update.loss_terms_deferred(z, v, mb, old_log_prob=old, **HP)
-    want_gz, want_gv = torch.autograd.grad(want, (z, v))
-    zf, vf = logits.clone().requires_grad_(), values.clone().requires_grad_()
-    got, got_m = fast.loss_terms_fused(zf, vf, mb, old_log_prob=old, **HP)
-    gz, gv = torch.autograd.grad(got, (zf, vf))
-    assert_close(got, want, "PPO-LOSS-3", what="fused loss == plain loss")
-    assert_equal(sorted(got_m), sorted(want_m), "PPO-LOSS-3", "the same diagnostics")
-    for k in want_m:
-        assert_close(got_m[k], want_m[k], "PPO-LOSS-3", what=f"diagnostic {k}")
-    assert_close(gz, want_gz, "PPO-LOSS-1", what="gradient into the logits")
-    assert_close(gv, want_gv, "PPO-LOSS-2", what="gradient into the values")
+    _assert_fused_is_plain(*_plain_and_fused(*_case(seed, dtype, spread=spread)))
 
 
 @pytest.mark.clause("PPO-LOSS-3", "PPO-LOSS-1", "PPO-LOSS-2")
@@ -70,19 +78,10 @@ def test_fused_loss_terms_promote_mixed_dtypes_as_the_plain_ones_do(wide):
         old = old.double()
     else:
         logits = logits.double()
-    z, v = logits.clone().requires_grad_(), values.clone().requires_grad_()
-    want, want_m = update.loss_terms_deferred(z, v, mb, old_log_prob=old, **HP)
-    want_gz, want_gv = torch.autograd.grad(want, (z, v))
-    zf, vf = logits.clone().requires_grad_(), values.clone().requires_grad_()
-    got, got_m = fast.loss_terms_fused(zf, vf, mb, old_log_prob=old, **HP)
-    gz, gv = torch.autograd.grad(got, (zf, vf))
-    assert got.dtype == want.dtype == torch.float64
-    assert_close(got, want, "PPO-LOSS-3", dtype=torch.float32, what="fused loss, mixed dtypes")
-    for k in want_m:
-        assert_close(got_m[k], want_m[k], "PPO-LOSS-3", dtype=torch.float32, what=f"diagnostic {k}, mixed dtypes")
-    assert (gz.dtype, gv.dtype) == (logits.dtype, values.dtype)
-    assert_close(gz, want_gz, "PPO-LOSS-1", dtype=torch.float32, what="gradient into the logits, mixed dtypes")
-    assert_close(gv, want_gv, "PPO-LOSS-2", dtype=torch.float32, what="gradient into the values, mixed dtypes")
+    want, got = _plain_and_fused(logits, values, mb, old)
+    assert got[0].dtype == want[0].dtype == torch.float64
+    assert (got[2].dtype, got[3].dtype) == (logits.dtype, values.dtype)
+    _assert_fused_is_plain(want, got, torch.float32, ", mixed dtypes")
 
 
 def _run(guards: bool, target_kl, minibatch_loss, **kwargs):
