@@ -12,12 +12,12 @@ stacked tensor, one ``.tolist()``: a single device sync per update).
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Callable, Sequence
 
 import torch
 
 from reference_impl import _checks
-from reference_impl._dtypes import promoted
 from reference_impl.sac.backup import td_target, top_p_select, top_p_soft_value
 from reference_impl.sac.fast import (
     critic_heads_fused,
@@ -204,8 +204,10 @@ def _target_phase(s: dict, b: dict, hp: dict) -> None:
 def stack_diagnostics(out: dict) -> torch.Tensor:
     """The 0-d diagnostic tensors of ``out`` as one vector in their widest dtype (one transfer reads them)."""
     vals = [v if v.dim() == 0 else v.reshape(()) for v in out.values()]  # a one-element log α may be [1]
-    with torch.no_grad():
-        return torch.stack(promoted(*vals))
+    dtypes = {v.dtype for v in vals}
+    dt = dtypes.pop() if len(dtypes) == 1 else functools.reduce(torch.promote_types, dtypes)
+    with torch.no_grad():  # only the values of another dtype are converted
+        return torch.stack([v if v.dtype == dt else v.to(dt) for v in vals])
 
 
 def _floats(out: dict) -> dict:
