@@ -233,10 +233,13 @@ class _SimulatedGraphs:
     @contextlib.contextmanager
     def patched(self):
         """``graphed`` on a CPU that claims CUDA: streams are no-ops; the optimisers keep their CPU step
-        (Adam refuses ``capturable`` off an accelerator), so ``make_capturable`` only records its calls."""
+        (Adam refuses ``capturable`` off an accelerator), so ``make_capturable`` only records its calls. The
+        simulated device (``--device sim``) is suspended: its own handling of host reads would stand between
+        a read and the code that made it, and the graph simulation needs no device."""
         stream = mock.MagicMock()
         self.made_capturable = []
         with contextlib.ExitStack() as st:
+            st.enter_context(simdevice.suspended())
             st.enter_context(mock.patch.object(graphed, "can_capture", lambda *t, all_rows=None: all_rows is None))
             st.enter_context(mock.patch.object(graphed, "make_capturable", self.made_capturable.append))
             st.enter_context(mock.patch.object(graphed, "phase_diagnostics", self.phase_diagnostics))
