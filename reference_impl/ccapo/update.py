@@ -13,7 +13,6 @@ from typing import Callable
 import torch
 
 from reference_impl import _checks
-from reference_impl._dtypes import promoted
 from reference_impl.ccapo.losses import policy_loss
 
 REQUIRED = ("obs", "legal", "action", "logp_old", "advantage", "mask")
@@ -92,9 +91,9 @@ def make_ccapo_update(objective: Callable = objective, step: Callable = step) ->
                 logp_new = taken_log_prob(policy, mb["obs"], mb["legal"], mb["action"])
                 out = objective(logp_new, mb, clip_eps=clip_eps, beta_kl=beta_kl)  # CCAPO-PPO-1, CCAPO-PPO-2
                 norm = step(optimizer, out["loss"], params, max_grad_norm)  # CCAPO-UPDATE-1
-                stats.append(torch.stack(promoted(*(out[m].detach() for m in METRICS[:-1]), norm)))  # on the device
+                stats.append(torch.stack([*(out[m].detach() for m in METRICS[:-1]), norm]))  # stack promotes dtypes
                 where.append({"epoch": epoch, "minibatch": k})
-        host = torch.stack(promoted(*stats)).tolist()  # one transfer per update
+        host = torch.stack(stats).tolist()  # one transfer per update
         return [{**dict(zip(METRICS, vals)), **w} for vals, w in zip(host, where)]
 
     return ccapo_update
