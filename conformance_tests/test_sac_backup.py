@@ -160,20 +160,30 @@ def test_top_p_over_a_large_vocabulary(sac, pm, p):
 # there are. An implementation may cut a large batch into row chunks (the reference does, past a few MB, to
 # stay in cache; a GPU kernel has its own tiling): 2,400 copies of six template rows, shuffled, cross such a
 # cut, and each must get its template's result computed alone.
-@pytest.mark.clause("SAC-TOPP-1", "SAC-TOPP-3")
-def test_top_p_rows_do_not_depend_on_the_batch_around_them(sac):
-    g, p = np.random.default_rng(98), 0.98
+def _template_rows():
+    """Six template rows (probabilities, mask, twin Q) and 2,400 shuffled picks among them."""
+    g = np.random.default_rng(98)
     probs, mask = _vocabulary_rows(g, 6)
     q1, q2 = (torch.tensor(g.normal(0.0, 3.0, probs.shape)) for _ in range(2))
-    which = torch.tensor(g.integers(0, 6, 2400))
-    alone = np_(sac.top_p_select(probs, mask, p=p)).astype(bool)
-    _check_top_p_set(alone, np_(probs), np_(mask), p, band=_rounding_band(np_(probs)))
-    in_batch = np_(sac.top_p_select(probs[which], mask[which], p=p)).astype(bool)
+    return probs, mask, q1, q2, torch.tensor(g.integers(0, 6, 2400))
+
+
+@pytest.mark.clause("SAC-TOPP-1")
+def test_top_p_rows_do_not_depend_on_the_batch_around_them(sac):
+    probs, mask, _, _, which = _template_rows()
+    alone = np_(sac.top_p_select(probs, mask, p=0.98)).astype(bool)
+    _check_top_p_set(alone, np_(probs), np_(mask), 0.98, band=_rounding_band(np_(probs)))
+    in_batch = np_(sac.top_p_select(probs[which], mask[which], p=0.98)).astype(bool)
     assert_equal(in_batch, alone[np_(which)], "SAC-TOPP-1",
                  "each of 2,400 rows selects what its template selects alone")
-    v_alone = sac.top_p_soft_value(probs, q1, q2, mask, alpha=0.3, p=p)
-    v_batch = sac.top_p_soft_value(probs[which], q1[which], q2[which], mask[which], alpha=0.3, p=p)
-    assert_close(v_batch, np_(v_alone)[np_(which)], "SAC-TOPP-3", what="each row's soft value as its template's alone")
+
+
+@pytest.mark.clause("SAC-TOPP-3")
+def test_top_p_soft_values_do_not_depend_on_the_batch_around_them(sac):
+    probs, mask, q1, q2, which = _template_rows()
+    alone = sac.top_p_soft_value(probs, q1, q2, mask, alpha=0.3, p=0.98)
+    in_batch = sac.top_p_soft_value(probs[which], q1[which], q2[which], mask[which], alpha=0.3, p=0.98)
+    assert_close(in_batch, np_(alone)[np_(which)], "SAC-TOPP-3", what="each row's soft value as its template's alone")
 
 
 @pytest.mark.clause("SAC-TOPP-1")
