@@ -6,6 +6,10 @@ state and the agent's id. Every sample carries its key ``(episode_id, timestep, 
 batch is aligned by that key before the update, so actor observation, critic state, mask, action,
 old log-prob, advantage and return of one (episode, step, agent) stay together.
 ``rlconform train mappo --updates N --out DIR``; metric ``return`` is the team return per episode.
+
+A time-out ends an episode as a cover does: GAE neither bootstraps from nor carries past it. PPO-GAE-2's
+truncation bootstrap is for limits outside the task; here ``max_cycles`` is part of it, and actor and critic
+both observe the time left, so after a time-out there is no return left to estimate.
 Data-parallel under ``torchrun --nproc_per_node N -m reference_impl.ppo.mappo_trainer ...`` as the
 masked-PPO trainer is (see :mod:`reference_impl.ppo.trainer`).
 """

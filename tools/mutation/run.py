@@ -382,12 +382,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def parse_until(text: str | None) -> dt.datetime | None:
+def parse_until(text: str | None, now: dt.datetime | None = None) -> dt.datetime | None:
+    """The next UTC time HH:MM, tomorrow's if today's has passed (a run started at 22:50 --until 01:05 must run)."""
     if not text:
         return None
-    h, m = map(int, text.split(":"))
-    now = dt.datetime.now(dt.timezone.utc)
-    return now.replace(hour=h, minute=m, second=0, microsecond=0)
+    try:
+        h, m = map(int, text.split(":"))
+        now = now or dt.datetime.now(dt.timezone.utc)
+        when = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--until wants a UTC time HH:MM, got {text!r}") from None
+    return when if when > now else when + dt.timedelta(days=1)
 
 
 def main(argv=None) -> int:
@@ -417,6 +422,10 @@ def main(argv=None) -> int:
     unknown = [m for m in selected if m not in cfg["modules"]]
     if unknown:
         ap.error(f"not in config.yaml: {unknown}")
+    try:
+        until = parse_until(args.until)
+    except argparse.ArgumentTypeError as exc:
+        ap.error(str(exc))
     tree = args.workdir / "tree"
     if args.verify_kills:  # works on a scratch copy: safe while a run is going on
         verify_kills(cfg, tree, args.workdir)
@@ -439,7 +448,6 @@ def main(argv=None) -> int:
     restore_backups(tree)
     shutil.copy2(HERE / "mutmut_config.py", tree / "mutmut_config.py")  # the hook is part of the tool
     shutil.copy2(HERE / "verdict.py", tree / "tools" / "mutation" / "verdict.py")  # and so is the test command
-    until = parse_until(args.until)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     state_path = args.workdir / "state.json"
