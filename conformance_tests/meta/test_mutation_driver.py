@@ -1,12 +1,15 @@
-"""The mutation driver's test command (tools/mutation/verdict.py): mutmut 2.5 counts a mutant killed only on
-exit 1, so every failing pytest exit must become 1, a mutant that breaks the module's import included."""
+"""The mutation tools. The driver's test command (tools/mutation/verdict.py): mutmut 2.5 counts a mutant killed
+only on exit 1, so every failing pytest exit must become 1, a mutant that breaks the module's import included.
+The driver's ``--until``. The hand-written trainer wiring mutants (tools/mutation/wiring.py): each still applies
+to its trainer and has a recorded kill."""
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
+import json
 import os
 import subprocess
 import sys
-import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -36,11 +39,17 @@ def test_every_failing_exit_is_a_kill(tmp_path, case):
     assert _exit(tmp_path, "tools.mutation.verdict", source) == verdict_exit
 
 
+def _tool(name: str):
+    """tools/mutation/<name>.py, loaded as its scripts run (the folder is not a package)."""
+    path = REPO / "tools" / "mutation" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"rlconform_mutation_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _driver():
-    spec = importlib.util.spec_from_file_location("rlconform_mutation_run", REPO / "tools" / "mutation" / "run.py")
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
-    return run
+    return _tool("run")
 
 
 def test_the_driver_runs_the_tests_through_the_verdict():
@@ -67,3 +76,46 @@ def test_a_bad_until_is_a_usage_error(tmp_path, bad):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--until wants a UTC time HH:MM" in proc.stderr
     assert not (tmp_path / "work").exists(), "a usage error must not have started a snapshot"
+
+
+def _wiring():
+    return _tool("wiring")
+
+
+def test_every_wiring_mutant_still_applies_to_its_trainer():
+    """A trainer edited under a hand-written mutant must bring the mutant along (tools/mutation/wiring.yaml)."""
+    wiring = _wiring()
+    assert wiring.problems(wiring.load()) == []
+
+
+def test_every_wiring_mutant_has_a_recorded_kill():
+    """wiring_results.json holds a kill for each mutant as wiring.yaml writes it now: rerun wiring.py after an edit."""
+    wiring = _wiring()
+    recorded = json.loads(wiring.RESULTS.read_text())["mutants"]
+    for m in wiring.load()["mutants"]:
+        r = recorded.get(m["id"])
+        assert r is not None, f"{m['id']}: never run"
+        assert (r["old"], r["new"], r["file"]) == (m["old"], m["new"], m["file"]), f"{m['id']}: run on another text"
+        assert r["verdict"] == "killed", f"{m['id']} survived the wiring tests"
+
+
+def test_wiring_problems_name_a_mutant_that_no_longer_applies(tmp_path):
+    wiring = _wiring()
+    (tmp_path / "t.py").write_text("a = 1\na = 1\n")
+    (tmp_path / "conformance_tests").mkdir()
+    spec = {"tests": {"t.py": ["missing.py"]},
+            "mutants": [{"id": "x", "file": "t.py", "old": "a = 1", "new": "a = 2"},
+                        {"id": "x", "file": "t.py", "old": "b", "new": "b"}]}
+    found = wiring.problems(spec, tmp_path)
+    assert any("occurs 2 times" in p for p in found) and any("occurs 0 times" in p for p in found)
+    assert any("used twice" in p for p in found) and any("the same" in p for p in found)
+    assert any("no test file missing.py" in p for p in found)
+
+
+def test_the_page_marks_a_surviving_wiring_mutant():
+    rows = _tool("render").render_wiring({"updated": "now", "mutants": {
+        "a": {"file": "t.py", "bug": "lost done", "verdict": "killed", "killed_by": "x.py::test_one"},
+        "b": {"file": "t.py", "bug": "late mask", "verdict": "survived", "killed_by": None}}})
+    text = "\n".join(rows)
+    assert "**1 of 2 killed**" in text and "| `t.py` | `b` | late mask | **survived** |" in text
+    assert "| `t.py` | `a` | lost done | `test_one` |" in text

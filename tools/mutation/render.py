@@ -21,6 +21,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 RESULTS, CLASSIFICATION, VERIFIED = HERE / "results.json", HERE / "classification.yaml", HERE / "verified.json"
+WIRING = HERE / "wiring_results.json"  # the hand-written trainer mutants (wiring.py)
 PAGE = REPO / "docs" / "mutation" / "index.md"
 KINDS = ("equivalent", "killed", "open")
 TARGET = 0.95
@@ -101,7 +102,23 @@ def _code(text: str) -> str:
     return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
 
 
-def render(results: dict, summary: dict, stamp_md: str) -> str:
+def render_wiring(wiring: dict) -> list[str]:
+    """The trainers' hand-written wiring mutants, grouped by trainer."""
+    muts = wiring["mutants"]
+    killed = sum(m["verdict"] == "killed" for m in muts.values())
+    lines = ["", "## The trainers' wiring (hand-written mutants)", "",
+             f"mutmut's mutants of a trainer are mostly its help strings; the bugs that ruin a run silently are in "
+             f"its data path. These are written by hand, one plausible wiring bug each (`tools/mutation/wiring.yaml`), "
+             f"and run by `tools/mutation/wiring.py` against the trainers' wiring tests. **{killed} of {len(muts)} "
+             f"killed**; updated {wiring['updated']}.", "",
+             "| trainer | mutant | the bug | killed by |", "|---|---|---|---|"]
+    for name, m in sorted(muts.items(), key=lambda kv: (kv[1]["file"], kv[0])):
+        by = f"`{m['killed_by'].rsplit('::', 1)[-1]}`" if m["verdict"] == "killed" else "**survived**"
+        lines.append(f"| `{m['file']}` | `{name}` | {m['bug']} | {by} |")
+    return lines
+
+
+def render(results: dict, summary: dict, stamp_md: str, wiring: dict | None = None) -> str:
     t = summary["total"]
     ran = [r for r in summary["rows"] if r["mutants"]]
     not_run = [r["module"] for r in summary["rows"] if not r["mutants"]]
@@ -154,10 +171,13 @@ def render(results: dict, summary: dict, stamp_md: str) -> str:
         lines += ["", "## Outside the specification", "",
                   f"{len(summary['outside'])} mutants fall in functions that implement no clause; they are not scored "
                   "(tools/mutation/config.yaml, `outside_spec`):", ""] + [f"- `{r.split(':', 1)[0]}`:{r.split(':', 1)[1]}" for r in reasons]
+    if wiring:
+        lines += render_wiring(wiring)
     lines += ["", "## Reproduce", "", "```bash",
               "pip install 'mutmut==2.5.1' 'torch==2.13.0'",
               "nice -n 19 python tools/mutation/run.py --until 18:00   # resumable: run again to continue",
               "python tools/mutation/run.py --verify-kills             # survivors that new tests kill",
+              "python tools/mutation/wiring.py                        # the trainers' wiring mutants",
               "python tools/mutation/render.py                        # this page", "```", ""]
     return "\n".join(lines)
 
@@ -175,7 +195,12 @@ def main(argv=None) -> int:
                   extra={"results_updated": results.get("updated")})
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(RESULTS, PAGE.parent / "results.json")
-    PAGE.write_text(render(results, summary, render_markdown(facts, data_files=["results.json"])))
+    wiring, data = None, ["results.json"]
+    if WIRING.exists():
+        wiring = json.loads(WIRING.read_text())
+        shutil.copy2(WIRING, PAGE.parent / WIRING.name)
+        data.append(WIRING.name)
+    PAGE.write_text(render(results, summary, render_markdown(facts, data_files=data), wiring))
     if (facts.get("commit") or "").endswith("+dirty"):  # a run's export or a new test not committed yet
         print(f"warning: uncommitted changes ({', '.join(facts.get('modified', []))}): the site build refuses this "
               "stamp; commit them, then render again", file=sys.stderr)
