@@ -12,16 +12,19 @@ normalised as PPO-ADV-1/2 state.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
+from conformance_tests import simdevice
 from reference_impl.ppo import mappo_trainer, trainer
 
 pytestmark = pytest.mark.meta
+# the trainer's device: the CPU, the simulated GPU (CI's gate for device mistakes), and a real one where present
+DEVICES = ["cpu", simdevice.NAME] + (["cuda"] if torch.cuda.is_available() else [])
 
 # adv_clamp 1: the clamp of PPO-ADV-2 bites on a few samples (at the default 5 it never does in a batch this size)
 TINY = {"n_envs": 3, "rollout_steps": 12, "minibatch_size": 12, "epochs": 1, "hidden": 16, "adv_clamp": 1.0}
@@ -29,18 +32,27 @@ UPDATES = 2
 
 
 def _spy_updates(monkeypatch, module) -> list[dict]:
-    """Record every batch the trainer hands ``update_with``, with copies of the networks it was sampled by."""
+    """Record every batch the trainer hands ``update_with``, with host copies of the networks it was sampled by."""
     calls = []
     real = module.update_with
 
     def spy(cfg, actor, critic, optimizer, batch, gen, d):
-        calls.append({"batch": {k: v.detach().clone() for k, v in batch.items()},
-                      "actor": copy.deepcopy(getattr(actor, "module", actor)),
-                      "critic": copy.deepcopy(getattr(critic, "module", critic))})
+        calls.append({"device": {v.device.type for v in batch.values()},
+                      "batch": {k: v.detach().cpu().clone() for k, v in batch.items()},
+                      "actor": copy.deepcopy(getattr(actor, "module", actor)).cpu(),
+                      "critic": copy.deepcopy(getattr(critic, "module", critic)).cpu()})
         return real(cfg, actor, critic, optimizer, batch, gen, d)
 
     monkeypatch.setattr(module, "update_with", spy)
     return calls
+
+
+def _train(module, cfg, out, device: str) -> None:
+    """Two updates of the trainer on ``device`` (sim: the simulated GPU, the trainer told "cuda")."""
+    sim = device == simdevice.NAME
+    with (simdevice.simulate() if sim else contextlib.nullcontext()), \
+            (simdevice.implementation_call() if sim else contextlib.nullcontext()):
+        module.train(cfg, out=str(out), updates=UPDATES)
 
 
 def _gae(rewards: np.ndarray, values: np.ndarray, last_value: np.ndarray, ended: np.ndarray, *,
@@ -68,6 +80,7 @@ def _masked_log_prob(logits: torch.Tensor, mask: torch.Tensor, action: torch.Ten
 
 def _check_batch(call: dict, rec: dict, cfg, critic_obs: torch.Tensor) -> None:
     """``rec``: the recorded [T, ...] obs, mask, action, reward, ended, and the critic input after the last step."""
+    assert call["device"] == {torch.device(cfg.device).type}, "the batch is not on the trainer's device"
     b = call["batch"]
     np.testing.assert_array_equal(b["obs"].numpy(), rec["obs"].reshape(len(b["obs"]), -1))
     np.testing.assert_array_equal(b["mask"].numpy(), rec["mask"].reshape(len(b["mask"]), -1))
@@ -104,12 +117,13 @@ class _RecordingConnectFour(trainer.ConnectFourVsRandom):
 RECORDS: list[dict] = []
 
 
-def test_ppo_trainer_hands_the_update_what_the_boards_showed(monkeypatch, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_ppo_trainer_hands_the_update_what_the_boards_showed(monkeypatch, tmp_path, device):
     RECORDS.clear()
     monkeypatch.setattr(trainer, "ConnectFourVsRandom", _RecordingConnectFour)
     calls = _spy_updates(monkeypatch, trainer)
-    cfg = trainer.PPOConfig(**TINY)
-    trainer.train(cfg, out=str(tmp_path), updates=UPDATES)
+    cfg = trainer.PPOConfig(**TINY, device="cuda" if device == simdevice.NAME else device)
+    _train(trainer, cfg, tmp_path, device)
     assert len(calls) == len(RECORDS) == UPDATES
     ended_some = 0
     for call, log in zip(calls, RECORDS):
@@ -195,12 +209,14 @@ def _keys(ended: np.ndarray, first_id: int) -> tuple[np.ndarray, int]:
     return np.stack(np.broadcast_arrays(episode[:, :, None], step[:, :, None], agent)).reshape(3, -1), next_id
 
 
-def test_mappo_trainer_keys_every_agent_sample_to_what_its_grid_showed(monkeypatch, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mappo_trainer_keys_every_agent_sample_to_what_its_grid_showed(monkeypatch, tmp_path, device):
     GRIDS.clear()
     monkeypatch.setattr(mappo_trainer, "CoopGridEnv", _RecordingGrid)
     calls = _spy_updates(monkeypatch, mappo_trainer)
-    cfg = replace(mappo_trainer.MAPPOConfig(**TINY), max_cycles=5, rollout_steps=13)  # episodes end inside
-    mappo_trainer.train(cfg, out=str(tmp_path), updates=UPDATES)
+    cfg = mappo_trainer.MAPPOConfig(**{**TINY, "rollout_steps": 13}, max_cycles=5,  # episodes end inside
+                                    device="cuda" if device == simdevice.NAME else device)
+    _train(mappo_trainer, cfg, tmp_path, device)
     N = cfg.n_envs
     assert len(calls) == UPDATES and len(GRIDS) == UPDATES * N
     next_id = 0
