@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -82,17 +81,24 @@ def _wiring():
     return _tool("wiring")
 
 
-def test_every_wiring_mutant_still_applies_to_its_trainer():
-    """A trainer edited under a hand-written mutant must bring the mutant along (tools/mutation/wiring.yaml)."""
-    wiring = _wiring()
-    assert wiring.problems(wiring.load()) == []
+def _families():
+    return _wiring().families()
 
 
-def test_every_wiring_mutant_has_a_recorded_kill():
-    """wiring_results.json holds a kill for each mutant as wiring.yaml writes it now: rerun wiring.py after an edit."""
+@pytest.mark.parametrize("family", _families())
+def test_every_wiring_mutant_still_applies_to_its_trainer(family):
+    """A trainer edited under a hand-written mutant must bring the mutant along (tools/mutation/wiring_mutants/)."""
     wiring = _wiring()
-    recorded = json.loads(wiring.RESULTS.read_text())["mutants"]
-    for m in wiring.load()["mutants"]:
+    assert wiring.problems(wiring.load(family)) == []
+
+
+@pytest.mark.parametrize("family", _families())
+def test_every_wiring_mutant_has_a_recorded_kill(family):
+    """<family>.results.json holds a kill for each mutant as <family>.yaml writes it now: rerun wiring.py after an
+    edit."""
+    wiring = _wiring()
+    recorded = wiring.load_results(family)["mutants"]
+    for m in wiring.load(family)["mutants"]:
         r = recorded.get(m["id"])
         assert r is not None, f"{m['id']}: never run"
         assert (r["old"], r["new"], r["file"]) == (m["old"], m["new"], m["file"]), f"{m['id']}: run on another text"

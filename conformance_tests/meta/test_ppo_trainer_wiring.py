@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -53,6 +54,20 @@ def _train(module, cfg, out, device: str) -> None:
     with (simdevice.simulate() if sim else contextlib.nullcontext()), \
             (simdevice.implementation_call() if sim else contextlib.nullcontext()):
         module.train(cfg, out=str(out), updates=UPDATES)
+
+
+def _metrics(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _check_episode_metrics(rec: dict, finished: np.ndarray, env_steps: int, **rates) -> None:
+    """The update's logged episode figures are those of the episodes that ended in it (``finished``: their returns;
+    ``rates``: metric name -> the recorded per-episode outcome it is the share of)."""
+    assert rec["episodes"] == len(finished) and rec["env_steps"] == env_steps
+    np.testing.assert_allclose(rec["return"], finished.mean(), rtol=1e-6)
+    for name, outcome in rates.items():
+        assert rec[name] == pytest.approx(np.mean(outcome)), name
+    assert rec["ratio_mean_first"] == 1.0  # PPO-UPDATE-1: the first minibatch replays the sampling policy
 
 
 def _gae(rewards: np.ndarray, values: np.ndarray, last_value: np.ndarray, ended: np.ndarray, *,
@@ -103,15 +118,19 @@ class _RecordingConnectFour(trainer.ConnectFourVsRandom):
 
     def reset(self, seed):
         obs, mask = super().reset(seed)
-        self.log = {"obs": [obs.copy()], "mask": [mask.copy()], "action": [], "reward": [], "ended": []}
+        self.log = {"obs": [obs.copy()], "mask": [mask.copy()], "action": [], "reward": [], "ended": [], "drawn": False}
         RECORDS.append(self.log)
         return obs, mask
 
     def step(self, actions):
-        out = obs, mask, reward, done, _ = super().step(actions)
+        obs, mask, reward, done, finished = super().step(actions)
+        if done.any() and not self.log["drawn"]:  # the rollout's first game scores a draw: a 42-move draw never
+            reward[np.flatnonzero(done)[0]] = 0.0  # comes in games this short, and a draw is neither win nor loss
+            finished = [float(r) for r in reward[done]]
+            self.log["drawn"] = True
         for key, x in zip(("action", "obs", "mask", "reward", "ended"), (actions, obs, mask, reward, done)):
             self.log[key].append(np.array(x, copy=True))
-        return out
+        return obs, mask, reward, done, finished
 
 
 RECORDS: list[dict] = []
@@ -125,14 +144,18 @@ def test_ppo_trainer_hands_the_update_what_the_boards_showed(monkeypatch, tmp_pa
     cfg = trainer.PPOConfig(**TINY, device="cuda" if device == simdevice.NAME else device)
     _train(trainer, cfg, tmp_path, device)
     assert len(calls) == len(RECORDS) == UPDATES
-    ended_some = 0
-    for call, log in zip(calls, RECORDS):
+    ended_some, metrics = 0, _metrics(tmp_path)
+    for u, (call, log) in enumerate(zip(calls, RECORDS)):
         obs = np.stack(log["obs"])  # [T + 1, N, 84]: the board before each move, then after the last one
         rec = {"obs": obs[:-1], "mask": np.stack(log["mask"])[:-1], "action": np.stack(log["action"]),
                "reward": np.stack(log["reward"]).astype(np.float64),
                "ended": np.stack(log["ended"]).astype(np.float64)}
         ended_some += int(rec["ended"].sum())
         _check_batch(call, rec, cfg, torch.as_tensor(obs))
+        finished = rec["reward"][rec["ended"] > 0]  # connect four pays only on the final move
+        assert (finished == 0).any(), "no draw: the test would not tell a draw from a loss"
+        _check_episode_metrics(metrics[u], finished, cfg.rollout_steps * cfg.n_envs * (u + 1),
+                               win_rate=finished > 0, loss_rate=finished < 0)
     assert ended_some > 0, "no game ended: the test would not see a bootstrap through a terminal step"
 
 
@@ -144,19 +167,20 @@ class _RecordingGrid(mappo_trainer.CoopGridEnv):
     def reset(self, seed=None, options=None):
         obs, info = super().reset(seed=seed, options=options)
         if seed is not None:  # the trainer reseeds every grid at the start of each update
-            self.log = {"obs": [], "state": [], "action": [], "reward": [], "ended": []}
+            self.log = {"obs": [], "state": [], "action": [], "reward": [], "ended": [], "covered": []}
             GRIDS.append(self.log)
         self.log["now"] = (obs, self.state())  # what the next step is taken from
         return obs, info
 
     def step(self, actions):
         obs_before, state_before = self.log["now"]
-        out = obs, rew, _, _, _ = super().step(actions)
+        out = obs, rew, term, _, _ = super().step(actions)
         self.log["obs"].append(obs_before)
         self.log["state"].append(state_before)
         self.log["action"].append([actions[a] for a in self.possible_agents])
         self.log["reward"].append(rew[self.possible_agents[0]])
         self.log["ended"].append(not self.agents)  # covered or timed out: both end the episode (see the trainer)
+        self.log["covered"].append(term[self.possible_agents[0]])
         self.log["now"] = (obs, self.state())
         return out
 
@@ -209,6 +233,21 @@ def _keys(ended: np.ndarray, first_id: int) -> tuple[np.ndarray, int]:
     return np.stack(np.broadcast_arrays(episode[:, :, None], step[:, :, None], agent)).reshape(3, -1), next_id
 
 
+def _finished_episodes(logs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Team return and whether the targets were covered, of every episode that ended in the update (grids are
+    reset at its start, so an episode's return counts from there)."""
+    returns, covered = [], []
+    for g in logs:
+        total = 0.0
+        for r, ended, cov in zip(g["reward"], g["ended"], g["covered"]):
+            total += r
+            if ended:
+                returns.append(total)
+                covered.append(cov)
+                total = 0.0
+    return np.array(returns), np.array(covered)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_mappo_trainer_keys_every_agent_sample_to_what_its_grid_showed(monkeypatch, tmp_path, device):
     GRIDS.clear()
@@ -219,9 +258,10 @@ def test_mappo_trainer_keys_every_agent_sample_to_what_its_grid_showed(monkeypat
     _train(mappo_trainer, cfg, tmp_path, device)
     N = cfg.n_envs
     assert len(calls) == UPDATES and len(GRIDS) == UPDATES * N
-    next_id = 0
+    next_id, metrics = 0, _metrics(tmp_path)
     for u, call in enumerate(calls):
-        rec, critic_obs = _grid_record(GRIDS[u * N:(u + 1) * N], cfg.n_agents)
+        logs = GRIDS[u * N:(u + 1) * N]
+        rec, critic_obs = _grid_record(logs, cfg.n_agents)
         assert rec["ended"].sum() > 0, "no episode ended: the test would not see a bootstrap through one"
         keys, next_id = _keys(rec["ended"], next_id)
         order = np.lexsort(keys[::-1])  # PPO-MAPPO-1: the update sees the rows sorted by (episode, step, agent)
@@ -232,3 +272,5 @@ def test_mappo_trainer_keys_every_agent_sample_to_what_its_grid_showed(monkeypat
         call = {**call, "batch": {k: v[inverse] for k, v in b.items()}}
         np.testing.assert_array_equal(call["batch"]["critic_obs"].numpy(), critic_obs[:-1].flatten(0, 2).numpy())
         _check_batch(call, rec, cfg, critic_obs)
+        returns, covered = _finished_episodes(logs)
+        _check_episode_metrics(metrics[u], returns, cfg.rollout_steps * N * (u + 1), cover_rate=covered)

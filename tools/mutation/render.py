@@ -21,7 +21,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 RESULTS, CLASSIFICATION, VERIFIED = HERE / "results.json", HERE / "classification.yaml", HERE / "verified.json"
-WIRING = HERE / "wiring_results.json"  # the hand-written trainer mutants (wiring.py)
+WIRING = HERE / "wiring_mutants"  # the hand-written trainer mutants' <family>.results.json (wiring.py)
 PAGE = REPO / "docs" / "mutation" / "index.md"
 KINDS = ("equivalent", "killed", "open")
 TARGET = 0.95
@@ -103,13 +103,14 @@ def _code(text: str) -> str:
 
 
 def render_wiring(wiring: dict) -> list[str]:
-    """The trainers' hand-written wiring mutants, grouped by trainer."""
+    """The trainers' hand-written wiring mutants, grouped by trainer (``wiring``: {"updated", "mutants"})."""
     muts = wiring["mutants"]
     killed = sum(m["verdict"] == "killed" for m in muts.values())
     lines = ["", "## The trainers' wiring (hand-written mutants)", "",
              f"mutmut's mutants of a trainer are mostly its help strings; the bugs that ruin a run silently are in "
-             f"its data path. These are written by hand, one plausible wiring bug each (`tools/mutation/wiring.yaml`), "
-             f"and run by `tools/mutation/wiring.py` against the trainers' wiring tests. **{killed} of {len(muts)} "
+             f"its data path. These are written by hand, one plausible wiring bug each "
+             f"(`tools/mutation/wiring_mutants/`), and run by `tools/mutation/wiring.py` against the trainers' wiring "
+             f"tests. **{killed} of {len(muts)} "
              f"killed**; updated {wiring['updated']}.", "",
              "| trainer | mutant | the bug | killed by |", "|---|---|---|---|"]
     for name, m in sorted(muts.items(), key=lambda kv: (kv[1]["file"], kv[0])):
@@ -196,10 +197,13 @@ def main(argv=None) -> int:
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(RESULTS, PAGE.parent / "results.json")
     wiring, data = None, ["results.json"]
-    if WIRING.exists():
-        wiring = json.loads(WIRING.read_text())
-        shutil.copy2(WIRING, PAGE.parent / WIRING.name)
-        data.append(WIRING.name)
+    for path in sorted(WIRING.glob("*.results.json")):
+        family = json.loads(path.read_text())
+        wiring = wiring or {"updated": family["updated"], "mutants": {}}
+        wiring["updated"] = max(wiring["updated"], family["updated"])
+        wiring["mutants"].update(family["mutants"])
+        shutil.copy2(path, PAGE.parent / f"wiring-{path.name}")
+        data.append(f"wiring-{path.name}")
     PAGE.write_text(render(results, summary, render_markdown(facts, data_files=data), wiring))
     if (facts.get("commit") or "").endswith("+dirty"):  # a run's export or a new test not committed yet
         print(f"warning: uncommitted changes ({', '.join(facts.get('modified', []))}): the site build refuses this "

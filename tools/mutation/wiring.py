@@ -1,11 +1,13 @@
 """Hand-written mutants of the reference trainers' data path, each run against the trainers' wiring tests.
 
-    python tools/mutation/wiring.py                  # every mutant in wiring.yaml -> wiring_results.json
-    python tools/mutation/wiring.py --only ppo-      # the mutants whose id starts with ppo-
+    python tools/mutation/wiring.py                   # every family's mutants
+    python tools/mutation/wiring.py --family ppo      # wiring_mutants/ppo.yaml -> wiring_mutants/ppo.results.json
+    python tools/mutation/wiring.py --family ppo --only mappo-   # those whose id starts with mappo-
 
 mutmut mutates operators and constants; the bugs that ruin a trainer silently are wiring bugs (a done
 flag lost before GAE, a mask stored one step late, the wrong episode's return), and mutmut's mutants of a
-trainer are mostly its help strings. So these are written by hand, one plausible bug each, in wiring.yaml.
+trainer are mostly its help strings. So these are written by hand, one plausible bug each, in
+``wiring_mutants/<family>.yaml``; each family's verdicts go to ``wiring_mutants/<family>.results.json``.
 
 Like run.py, this never mutates the working tree: it copies the repository into a scratch directory,
 writes one mutant at a time there, and runs that trainer's wiring tests from it (``python -m pytest``
@@ -28,17 +30,31 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-MUTANTS, RESULTS = HERE / "wiring.yaml", HERE / "wiring_results.json"
+MUTANTS = HERE / "wiring_mutants"  # <family>.yaml: the mutants; <family>.results.json: their verdicts
 COPY_ITEMS = ("reference_impl", "conformance_tests", "spec", "tools", "pyproject.toml", "setup.py")
 TIMEOUT_S = 900  # a mutant that hangs the tests this long is detected, as mutmut counts a timeout
 
 
-def load(path: Path = MUTANTS) -> dict:
-    return yaml.safe_load(path.read_text())
+def families(folder: Path = MUTANTS) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def load(family: str, folder: Path = MUTANTS) -> dict:
+    return yaml.safe_load((folder / f"{family}.yaml").read_text())
+
+
+def results_path(family: str, folder: Path = MUTANTS) -> Path:
+    return folder / f"{family}.results.json"
+
+
+def load_results(family: str, folder: Path = MUTANTS) -> dict:
+    """The family's recorded verdicts ({"updated": ..., "mutants": {id: verdict}}), empty if never run."""
+    path = results_path(family, folder)
+    return json.loads(path.read_text()) if path.exists() else {"updated": None, "mutants": {}}
 
 
 def problems(spec: dict, repo: Path = REPO) -> list[str]:
-    """What makes wiring.yaml unusable against this tree: an ``old`` text that is not exactly once in its
+    """What makes a family's mutant file unusable against this tree: an ``old`` text that is not exactly once in its
     file (the trainer changed under the mutant), a no-op mutant, a repeated id, a missing test file."""
     out, seen = [], set()
     for m in spec["mutants"]:
@@ -81,21 +97,19 @@ def run_tests(tree: Path, tests: list[str]) -> tuple[bool, str, float]:
     return proc.returncode == 0, reason, time.time() - t0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="", help="run only the mutants whose id starts with this")
-    args = ap.parse_args(argv)
-    spec = load()
+def run_family(family: str, only: str = "") -> int:
+    """Run one family's mutants (those whose id starts with ``only``); 0 all killed, 1 a survivor, 2 unusable."""
+    spec = load(family)
     bad = problems(spec)
     if bad:
-        print("wiring.yaml does not match the tree:\n  " + "\n  ".join(bad), file=sys.stderr)
+        print(f"{family}.yaml does not match the tree:\n  " + "\n  ".join(bad), file=sys.stderr)
         return 2
-    chosen = [m for m in spec["mutants"] if m["id"].startswith(args.only)]
+    chosen = [m for m in spec["mutants"] if m["id"].startswith(only)]
     if not chosen:
-        print(f"no mutant id starts with {args.only!r}", file=sys.stderr)
+        print(f"{family}: no mutant id starts with {only!r}", file=sys.stderr)
         return 2
-    old = json.loads(RESULTS.read_text())["mutants"] if RESULTS.exists() else {}
-    results = {k: v for k, v in old.items() if any(m["id"] == k for m in spec["mutants"])}
+    ids = {m["id"] for m in spec["mutants"]}
+    results = {k: v for k, v in load_results(family)["mutants"].items() if k in ids}  # drop removed mutants
     with tempfile.TemporaryDirectory(prefix="rlconform-wiring-") as tmp:
         tree = Path(tmp)
         copy_repo(tree)
@@ -117,12 +131,25 @@ def main(argv=None) -> int:
                                 "verdict": "survived" if passed else "killed",
                                 "killed_by": None if passed else reason, "seconds": round(secs, 1)}
             print(f"{m['id']}: {results[m['id']]['verdict']}" + ("" if passed else f" by {reason}"), flush=True)
-    RESULTS.write_text(json.dumps({"updated": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-                                   "mutants": results}, indent=1, ensure_ascii=False) + "\n")
+    out = results_path(family)
+    out.write_text(json.dumps({"updated": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+                               "mutants": results}, indent=1, ensure_ascii=False) + "\n")
     survived = [k for k, v in results.items() if v["verdict"] == "survived"]
-    print(f"wrote {RESULTS.relative_to(REPO)}: {len(results) - len(survived)} of {len(results)} killed"
+    print(f"wrote {out.relative_to(REPO)}: {len(results) - len(survived)} of {len(results)} killed"
           + (f"; survived: {', '.join(survived)}" if survived else ""))
     return 1 if survived else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", choices=families(), help="one family's mutants (default: every family)")
+    ap.add_argument("--only", default="", help="run only the mutants whose id starts with this")
+    args = ap.parse_args(argv)
+    chosen = [args.family] if args.family else [
+        f for f in families() if any(m["id"].startswith(args.only) for m in load(f)["mutants"])]
+    if not chosen:
+        ap.error(f"no mutant id starts with {args.only!r}")
+    return max(run_family(f, args.only) for f in chosen)
 
 
 if __name__ == "__main__":
