@@ -101,7 +101,7 @@ def test_every_wiring_mutant_has_a_recorded_kill(family):
     for m in wiring.load(family)["mutants"]:
         r = recorded.get(m["id"])
         assert r is not None, f"{m['id']}: never run"
-        assert (r["old"], r["new"], r["file"]) == (m["old"], m["new"], m["file"]), f"{m['id']}: run on another text"
+        assert (r["edits"], r["file"]) == (wiring.edits(m), m["file"]), f"{m['id']}: run on another text"
         assert r["verdict"] == "killed", f"{m['id']} survived the wiring tests"
 
 
@@ -111,9 +111,11 @@ def test_wiring_problems_name_a_mutant_that_no_longer_applies(tmp_path):
     (tmp_path / "conformance_tests").mkdir()
     spec = {"tests": {"t.py": ["missing.py"]},
             "mutants": [{"id": "x", "file": "t.py", "old": "a = 1", "new": "a = 2"},
-                        {"id": "x", "file": "t.py", "old": "b", "new": "b"}]}
+                        {"id": "x", "file": "t.py", "edits": [{"old": "a = 1\na", "new": "a = 3\na"},
+                                                            {"old": "b", "new": "b"}]}]}
     found = wiring.problems(spec, tmp_path)
     assert any("occurs 2 times" in p for p in found) and any("occurs 0 times" in p for p in found)
+    assert not any(p.startswith("x: its old text occurs 1") for p in found)  # the edit that is there once
     assert any("used twice" in p for p in found) and any("the same" in p for p in found)
     assert any("no test file missing.py" in p for p in found)
 

@@ -53,6 +53,18 @@ def load_results(family: str, folder: Path = MUTANTS) -> dict:
     return json.loads(path.read_text()) if path.exists() else {"updated": None, "mutants": {}}
 
 
+def edits(mutant: dict) -> list[list[str]]:
+    """A mutant's text replacements, [[old, new], ...]: its ``old``/``new``, or its ``edits`` (a bug written in
+    several places, e.g. a value computed once and then used in the wrong spot)."""
+    return [[e["old"], e["new"]] for e in mutant["edits"]] if "edits" in mutant else [[mutant["old"], mutant["new"]]]
+
+
+def apply(mutant: dict, text: str) -> str:
+    for old, new in edits(mutant):
+        text = text.replace(old, new)
+    return text
+
+
 def problems(spec: dict, repo: Path = REPO) -> list[str]:
     """What makes a family's mutant file unusable against this tree: an ``old`` text that is not exactly once in its
     file (the trainer changed under the mutant), a no-op mutant, a repeated id, a missing test file."""
@@ -62,10 +74,11 @@ def problems(spec: dict, repo: Path = REPO) -> list[str]:
             out.append(f"{m['id']}: the id is used twice")
         seen.add(m["id"])
         text = (repo / m["file"]).read_text()
-        if text.count(m["old"]) != 1:
-            out.append(f"{m['id']}: its old text occurs {text.count(m['old'])} times in {m['file']}, not once")
-        if m["old"] == m["new"]:
-            out.append(f"{m['id']}: old and new are the same")
+        for old, new in edits(m):
+            if text.count(old) != 1:
+                out.append(f"{m['id']}: its old text occurs {text.count(old)} times in {m['file']}, not once")
+            if old == new:
+                out.append(f"{m['id']}: old and new are the same")
         tests = spec["tests"].get(m["file"])
         if not tests:
             out.append(f"{m['id']}: no wiring tests are configured for {m['file']}")
@@ -122,12 +135,12 @@ def run_family(family: str, only: str = "") -> int:
         for m in chosen:
             path = tree / m["file"]
             original = path.read_text()
-            path.write_text(original.replace(m["old"], m["new"]))
+            path.write_text(apply(m, original))
             try:
                 passed, reason, secs = run_tests(tree, spec["tests"][m["file"]])
             finally:
                 path.write_text(original)
-            results[m["id"]] = {"file": m["file"], "bug": m["bug"], "old": m["old"], "new": m["new"],
+            results[m["id"]] = {"file": m["file"], "bug": m["bug"], "edits": edits(m),
                                 "verdict": "survived" if passed else "killed",
                                 "killed_by": None if passed else reason, "seconds": round(secs, 1)}
             print(f"{m['id']}: {results[m['id']]['verdict']}" + ("" if passed else f" by {reason}"), flush=True)
