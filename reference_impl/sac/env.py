@@ -13,7 +13,9 @@ Per step (all B rows at once):
 4. reward: n-gram coverage and InfoNCE, each PopArt-normalised, garble and illegal penalties
    (SAC-COV-1, SAC-NCE-1..3, SAC-POPART-1/2, SAC-REWARD-1/2), plus the lexical bigram bonus of the
    previous reference character and the action (SAC-BIGRAM-1) in the soft component;
-5. done at T steps or on an illegal action with ``illegal_done`` (§2, SAC-REWARD-2).
+5. done at T steps or on an illegal action with ``illegal_done`` (§2, SAC-REWARD-2). §2 makes the horizon a
+   termination, so step T does not bootstrap (SAC-TD-1), though the observation carries no step count: the
+   same window may be terminal in one row and bootstrapped in another. That is the seed's task, kept as written.
 
 ``reset(rows)`` restarts finished rows on fresh passages; with ``prime`` the history starts as the
 ``m`` reference characters that precede the passage: a teacher override by a whole segment g_t,
