@@ -303,8 +303,10 @@ def train(cfg: Config, out: str, *, resume: bool = False) -> list[dict]:
     with contextlib.ExitStack() as guards:  # input guards on for the first batch only
         for update in progress(range(start, cfg.updates), total=cfg.updates, initial=start, desc=f"tw-{cfg.arm}"):
             games = torch.randperm(len(train_paths), generator=pick, device="cpu")[: cfg.prompts].tolist()  # host choice
-            envs = [e for g in games for e in pool.setdefault(
-                g, [TextWorldEnv(train_paths[g], cfg.max_steps) for _ in range(cfg.group_size)])]
+            for g in games:  # a game's group of envs is started once and reused (not built anew for setdefault)
+                if g not in pool:
+                    pool[g] = [TextWorldEnv(train_paths[g], cfg.max_steps) for _ in range(cfg.group_size)]
+            envs = [e for g in games for e in pool[g]]
             batch = rollout(policy, tok, envs, cfg, gen, device)
             adv, stats = advantages(batch, store, cfg, device)
             diag = ppo_update(policy, ref, opt, batch, adv, cfg)
