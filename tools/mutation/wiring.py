@@ -95,10 +95,11 @@ def copy_repo(dest: Path) -> None:
             shutil.copy2(src, dest / item)
 
 
-def run_tests(tree: Path, tests: list[str]) -> tuple[bool, str, float]:
-    """(passed, the first failing test or the reason, seconds) of the wiring tests run from ``tree``."""
+def run_tests(tree: Path, tests: list[str], select: str | None = None) -> tuple[bool, str, float]:
+    """(passed, the first failing test or the reason, seconds) of the wiring tests run from ``tree``
+    (``select``: a pytest ``-k`` expression, for a mutant that only some of a slow file's tests can reach)."""
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--tb=no", "-rfE",
-           *(f"conformance_tests/{t}" for t in tests)]
+           *(["-k", select] if select else []), *(f"conformance_tests/{t}" for t in tests)]
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -137,10 +138,10 @@ def run_family(family: str, only: str = "") -> int:
             original = path.read_text()
             path.write_text(apply(m, original))
             try:
-                passed, reason, secs = run_tests(tree, spec["tests"][m["file"]])
+                passed, reason, secs = run_tests(tree, spec["tests"][m["file"]], m.get("select"))
             finally:
                 path.write_text(original)
-            results[m["id"]] = {"file": m["file"], "bug": m["bug"], "edits": edits(m),
+            results[m["id"]] = {"file": m["file"], "bug": m["bug"], "edits": edits(m), "select": m.get("select"),
                                 "verdict": "survived" if passed else "killed",
                                 "killed_by": None if passed else reason, "seconds": round(secs, 1)}
             print(f"{m['id']}: {results[m['id']]['verdict']}" + ("" if passed else f" by {reason}"), flush=True)
