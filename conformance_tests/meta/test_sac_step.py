@@ -77,3 +77,31 @@ def test_the_update_defaults_are_v2s():
         implicit = update_step(*_nets(8, D, A), _batch(43))
         explicit = update_step(*_nets(8, D, A), _batch(43), use_cql=True, huber_delta=1.0)
     assert implicit == explicit and implicit["cql_loss"] != 0.0
+
+
+@pytest.mark.parametrize("want", [torch.float64, torch.float32])
+def test_the_target_entropy_comes_in_the_dtype_the_update_asks_for(want):
+    """The update compares H_tgt with its policy's entropy, so it asks target_entropy for that dtype: a bool mask
+    gives κ·log|A(s)| in the dtype asked, whatever torch's default is (a float32 target would cost a float64 run
+    5e-8 nats per step), and in the default dtype when none is asked."""
+    legal = torch.tensor([[True, True, False, True], [True, False, False, False]])
+    got = masking.target_entropy(legal, kappa=0.9, dtype=want)
+    assert got.dtype == want
+    assert torch.equal(got, 0.9 * torch.log(torch.tensor([3.0, 1.0], dtype=want)))
+    assert masking.target_entropy(legal).dtype == torch.get_default_dtype()
+
+
+def test_the_legal_set_takes_leading_batch_axes_as_its_docstring_says():
+    """legal_set documents compliance as [..., V] (the contract passes [B, V]): a [T, B, V] stack gives each
+    [B, V] slice's legal set, the fallback taken row by row, not by a count over the wrong axis."""
+    torch.manual_seed(5)
+    V = 6
+    compliance = torch.rand(2, 4, V) < 0.4
+    compliance[0, 0] = torch.tensor([True, True, True, True, False, False])  # 4 legal with <eos>: no fallback
+    compliance[1, 3] = False  # only <eos>: the fallback row
+    fallback = torch.tensor([False, True, True, False, False, False])
+    stacked = masking.legal_set(compliance, eos_index=V - 1, fallback=fallback)
+    for t in range(2):
+        assert torch.equal(stacked[t], masking.legal_set(compliance[t], eos_index=V - 1, fallback=fallback))
+    assert torch.equal(stacked[1, 3], torch.tensor([False, True, True, False, False, True]))
+    assert torch.equal(stacked[0, 0], torch.tensor([True, True, True, True, False, True]))
