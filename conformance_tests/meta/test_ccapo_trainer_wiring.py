@@ -288,6 +288,17 @@ def toy_fp(step: dict) -> str:
     return TOY_FP[step["action"]]
 
 
+def _train_spied(mp, rec: Recorder, trainer, cfg, out) -> tuple[Recorder, object, list[dict]]:
+    """Run ``trainer`` with the store and the sampler spied on too (``mp`` holds its other spies), one update
+    per batch played."""
+    spy_store(mp, rec, trainer)
+    spy_sampler(mp, rec)
+    metrics = trainer.train(cfg, str(out))
+    assert_that(len(rec.updates) == len(rec.batches) == cfg.updates, "CCAPO-UPDATE-1",
+                (len(rec.batches), len(rec.updates)), f"{cfg.updates} batches, one update each")
+    return rec, cfg, metrics
+
+
 def _run_toy(out) -> tuple[Recorder, toy.Config, list[dict]]:
     rec, cfg = Recorder(), toy.Config(**TOY)
     with pytest.MonkeyPatch.context() as mp:
@@ -317,12 +328,7 @@ def _run_toy(out) -> tuple[Recorder, toy.Config, list[dict]]:
         mp.setattr(KeyChestEnv, "__init__", env_init)
         mp.setattr(KeyChestEnv, "step", env_step)
         mp.setattr(toy, "ccapo_update", ccapo_update)
-        spy_store(mp, rec, toy)
-        spy_sampler(mp, rec)
-        metrics = toy.train(cfg, str(out))
-    assert_that(len(rec.updates) == len(rec.batches) == cfg.updates, "CCAPO-UPDATE-1",
-                (len(rec.batches), len(rec.updates)), f"{cfg.updates} batches, one update each")
-    return rec, cfg, metrics
+        return _train_spied(mp, rec, toy, cfg, out)
 
 
 @pytest.fixture(scope="module")
@@ -507,12 +513,7 @@ def _run_textworld(arm: str, games, out) -> tuple[Recorder, object, list[dict]]:
         mp.setattr(TextWorldEnv, "close", env_close)
         mp.setattr(tw, "ppo_update", update)
         mp.setattr(tw, "policy_loss", loss)
-        spy_store(mp, rec, tw)
-        spy_sampler(mp, rec)
-        metrics = tw.train(cfg, str(out))
-    assert_that(len(rec.updates) == len(rec.batches) == cfg.updates, "CCAPO-UPDATE-1",
-                (len(rec.batches), len(rec.updates)), f"{cfg.updates} batches, one update each")
-    return rec, cfg, metrics
+        return _train_spied(mp, rec, tw, cfg, out)
 
 
 @pytest.fixture(scope="module")
