@@ -18,7 +18,6 @@ from rlconform.spec.gates import evaluate
 
 from reference_impl.sac.corpus import EOS, PAD, UNK, load_corpus
 from reference_impl.sac.env import CharEnv, EnvConfig
-from reference_impl.sac.quality import paragraph_consistency
 from reference_impl.sac.trainer import (
     PRESETS,
     Config,
@@ -136,16 +135,6 @@ def test_two_update_smoke_run_writes_metrics_and_resumes(tmp_path):
     assert cli(["--out", str(out), "--updates", "3", "--resume", *TINY]) == 0
     recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in recs] == [0, 1, 2, 3]
-
-
-def test_paragraph_consistency_counts_distinct_lexicon_pairs():
-
-    lex = frozenset({"中国", "国家", "人民"})
-    # 中国家人民: pairs 中国 国家 家人 人民 -> three words of four pairs (hand count)
-    assert paragraph_consistency("中国家人民", lex) == 3 / 4
-    # a loop repeats one word: 中国中国中国 has pairs 中国 国中 中国 国中 中国 -> one distinct word of five
-    assert paragraph_consistency("中国中国中国", lex) == 1 / 5
-    assert paragraph_consistency("中", lex) == 0.0 and paragraph_consistency("", lex) == 0.0
 
 
 def test_device_side_legal_mask_equals_the_env_mask(corpus):
