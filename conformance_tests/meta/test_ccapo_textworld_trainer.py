@@ -1,6 +1,6 @@
 """The TextWorld trainer of the reference (reference_impl.ccapo.textworld): smoke tests of two updates
 on one tiny generated game, a resume, a device-free checkpoint, a held-out evaluation that only reads the
-STDB, and the pieces of its GiGPO baseline arm checked against hand-computed values.
+STDB (its GiGPO arm's pieces: meta/test_ccapo_gigpo.py).
 """
 from __future__ import annotations
 
@@ -12,11 +12,6 @@ import torch
 from conformance_tests.harness import assert_equal, assert_that
 from reference_impl.ccapo.stdb import sqlite_store
 from reference_impl.ccapo.textworld.env import TextWorldEnv
-from reference_impl.ccapo.textworld.gigpo import (
-    anchor_group_advantage,
-    discounted_returns,
-    step_rewards,
-)
 from reference_impl.ccapo.textworld.policy import TextPolicy, Tokenizer
 from reference_impl.ccapo.textworld.trainer import Config, cli, evaluate
 
@@ -93,29 +88,3 @@ def test_heldout_evaluation_only_reads_the_stdb(tiny_game, tmp_path):
     assert_equal(store.snapshot(), before, "CCAPO-STDB-5", "the held-out games leave the STDB as it was")
     assert_that(0.0 <= stats["stdb_hit_rate"] <= 1.0 and 1 <= stats["mean_steps"] <= 4, "CCAPO-STDB-5", stats,
                 "a hit rate in [0, 1] and episodes of 1..max_steps commands")
-
-
-# ----------------------------------------------------------------------------- the GiGPO arm's pieces
-@pytest.mark.meta
-def test_gigpo_step_rewards_sum_to_r_tau():
-
-    success, steps = torch.tensor([True, False, True]), torch.tensor([3, 5, 1])
-    r = step_rewards(success, steps, 6, r_terminal=10.0, r_penalty=-0.1)
-    want = torch.tensor([10 - 0.3, -0.5, 10 - 0.1], dtype=r.dtype)  # CCAPO-R-1 by hand
-    assert_that(torch.allclose(r.sum(1), want), "GiGPO", r.sum(1), f"per-episode sums {want}")
-    assert_that(bool((r[:, 5] == 0).all()) and float(r[0, 2]) == pytest.approx(9.9), "GiGPO", r,
-                "0 after the last step; the winning step carries R_terminal")
-
-
-@pytest.mark.meta
-def test_gigpo_anchor_groups_match_a_loop():
-
-    g = discounted_returns(torch.tensor([[1.0, 0.0, 2.0]]), gamma=0.5)
-    assert_that(torch.allclose(g, torch.tensor([[1.5, 1.0, 2.0]])), "GiGPO", g, "[[1.5, 1, 2]] by hand")
-    vals = torch.tensor([[1.0, 2.0, 3.0], [5.0, 2.0, 0.0]])
-    ids = torch.tensor([[0, 1, 2], [0, 1, 0]])
-    valid = torch.tensor([[True, True, True], [True, True, False]])
-    got = anchor_group_advantage(vals, ids, valid, n_groups=3)
-    # group 0 = {1, 5}: mean 3, population std 2 -> -1, +1; group 1 = {2, 2}: 0; group 2 = {3}: a singleton, 0
-    want = torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
-    assert_that(torch.allclose(got, want, atol=1e-5), "GiGPO", got, f"{want} (hand z-scores)")
