@@ -166,3 +166,81 @@ def test_a_failed_test_is_named_with_its_module(tmp_path):
                      '<testcase classname="conformance_tests.test_b" name="t3" time="0.5"><error/></testcase>'
                      '</testsuite></testsuites>')
     assert per_file_seconds(junit) == ({"test_a.py": 3.0, "test_b.py": 0.5}, 3, ["test_a.py::t2", "test_b.py::t3"])
+
+
+@pytest.mark.parametrize("name, cls", [  # kernel names as torch.profiler reported them on an H200 and an H100
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel",
+     "matmul"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1"
+     "::Params)", "matmul"),
+    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "matmul"),
+    ("void splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>(cublasSplitKParams<float>)",
+     "matmul"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+     "at::native::sum_functor<float, float, float>::operator()>, unsigned int, float, 4> >", "reduction"),
+    ("void at::native::tensor_kernel_scan_innermost_dim<double, std::plus<double> >(double*, double const*, "
+     "unsigned int, unsigned int, unsigned int, double, std::plus<double>)", "scan"),
+    ("void at::native::indexFuncLargeIndex<double, int, unsigned int, 2, 2, -2, true>", "index"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+     "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)", "softmax"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+     "elementwise"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>", "foreach"),
+    ("void at_cuda_detail::cub::DeviceSegmentedRadixSortKernel<at_cuda_detail::cub::DeviceRadixSortPolicy<float, "
+     "long, int>::Policy900, true, false, float, long, int const*, int const*, int, at_cuda_detail::cub::detail::"
+     "identity_decomposer_t>", "sort"),
+    ("aten::baddbmm", "matmul"), ("aten::index_add_", "index"), ("aten::where", "elementwise"),
+    ("cudaStreamSynchronize", "other"),
+])
+def test_the_breakdown_puts_each_kernel_in_its_class(name, cls):
+    from tools.benchmarks.bench_sac_breakdown import kernel_class
+
+    assert kernel_class(name) == cls
+
+
+def test_the_breakdown_runs_on_the_cpu_and_checks_the_top_p_plans_agree(tmp_path, monkeypatch, capsys):
+    import json
+
+    import torch
+
+    from tools.benchmarks import bench_sac_breakdown as bd
+    from tools.benchmarks import bench_sac_update
+
+    rows = bench_sac_update.B
+    argv = ["--batch", "16", "--rounds", "1", "--calls", "1", "--json", str(tmp_path / "bd.json")]
+    res = bd.main(argv)
+    assert bench_sac_update.B == rows, "the update benchmark's batch is left as it was"
+    assert json.loads((tmp_path / "bd.json").read_text())["shape"]["batch"] == 16
+    for side in ("reference", "torchrl"):
+        b = res["breakdown"][side]
+        assert b["total_s"] > 0 and sum(b["by_class_s"].values()) == pytest.approx(b["total_s"])
+        assert b["by_class_s"]["matmul"] > 0  # the networks' matmuls were seen
+        assert [t["s"] for t in b["top"]] == sorted((t["s"] for t in b["top"]), reverse=True)
+    assert set(res["top_p"]) == {"flat", "peaked", "mixed"}
+    assert "sorted / threshold" in capsys.readouterr().out
+    from tools.benchmarks.report import breakdown_rows
+
+    assert breakdown_rows(res) == [], "a CPU run is a smoke run: no row on the page"
+
+    real = bd.top_p_select
+    monkeypatch.setattr(bd, "top_p_select", lambda probs, mask, *, p, method: real(probs, mask, p=p, method=method)
+                        if method == "sorted" else torch.zeros_like(mask))
+    with pytest.raises(RuntimeError, match="select different sets"):
+        bd.main(argv)
+
+
+def test_a_gpu_breakdown_shows_the_classes_and_the_captured_top_p_plans():
+    from tools.benchmarks.report import breakdown_rows
+
+    side = {"total_s": 7.2e-3, "by_class_s": {"matmul": 2.5e-3, "sort": 1.5e-3, "elementwise": 3.2e-3, "other": 1e-8}}
+    trl = {"total_s": 4.9e-3, "by_class_s": {"matmul": 2.5e-3, "elementwise": 2.4e-3}}
+    kinds = {k: {"median_s": {"sorted_graph": 1.2e-3, "threshold_graph": 0.8e-3}, "graph_sorted_over_threshold": 1.5}
+             for k in ("flat", "peaked", "mixed")}
+    d = {"device": "cuda", "breakdown": {"reference": side, "torchrl": trl}, "top_p": kinds,
+         "provenance": {"gpu": {"name": "H", "driver": "1"}}}
+    update, top_p = breakdown_rows(d)
+    assert update[1] == "7.2 ms: matmul 2.50, sort 1.50, elementwise 3.20"  # a class under 0.5% left out
+    assert update[2] == "TorchRL: 4.9 ms: matmul 2.50, elementwise 2.40" and update[3] == "**0.68**"
+    assert top_p[1].startswith("threshold: flat 0.80 ms") and top_p[3] == "flat 1.50, peaked 1.50, mixed 1.50"

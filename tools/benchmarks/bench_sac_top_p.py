@@ -27,13 +27,13 @@ ROUNDS = 5
 KINDS = ("flat", "peaked", "mixed")
 
 
-def _logits(kind: str, g: torch.Generator) -> torch.Tensor:
+def _logits(kind: str, g: torch.Generator, rows: int = BATCH, cols: int = ACTIONS) -> torch.Tensor:
     """flat: near-uniform; peaked: Zipf-like ranks plus noise, as a trained character policy."""
-    flat = 0.3 * torch.randn(BATCH, ACTIONS, generator=g)
-    rank = torch.rand(BATCH, ACTIONS, generator=g).argsort(-1).float() + 1.0
-    peaked = -3.3 * torch.log(rank) + 0.5 * torch.randn(BATCH, ACTIONS, generator=g)
+    flat = 0.3 * torch.randn(rows, cols, generator=g)
+    rank = torch.rand(rows, cols, generator=g).argsort(-1).float() + 1.0
+    peaked = -3.3 * torch.log(rank) + 0.5 * torch.randn(rows, cols, generator=g)
     if kind == "mixed":
-        peaked[BATCH // 2] = flat[BATCH // 2]
+        peaked[rows // 2] = flat[rows // 2]
     return flat if kind == "flat" else peaked
 
 

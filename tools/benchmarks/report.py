@@ -201,6 +201,29 @@ def busy_rows(d: dict) -> list[list[str]]:
              f"({d['wall_s']:.0f} s run, setup included)", "—", "—", "reported (the host bounds it)"]]
 
 
+def _classes(side: dict) -> str:
+    return f"{1e3 * side['total_s']:.1f} ms: " + ", ".join(f"{c} {1e3 * t:.2f}" for c, t in side["by_class_s"].items()
+                                                        if t >= 0.005 * side["total_s"])
+
+
+def breakdown_rows(d: dict) -> list[list[str]]:
+    """Where the SAC update's GPU time goes, and the Top-p plans on the GPU (a CPU file is a smoke run: no row)."""
+    if d["device"] == "cpu":
+        return []
+    ref, trl = d["breakdown"]["reference"], d["breakdown"]["torchrl"]
+    rows = [[f"SAC update at V2 scale: kernel time per update by class, eager (the captured update replays these "
+             f"kernels) {dev(d)}", _classes(ref), f"TorchRL: {_classes(trl)}",
+             f"**{trl['total_s'] / ref['total_s']:.2f}**", "reported (where target 2's time goes)"]]
+    tp = d["top_p"]
+    times = {plan: ", ".join(f"{k} {1e3 * r['median_s'][plan]:.2f} ms" for k, r in tp.items())
+             for plan in ("threshold_graph", "sorted_graph")}
+    ratios = ", ".join(f"{k} {r['graph_sorted_over_threshold']:.2f}" for k, r in tp.items())
+    rows.append([f"Top-p selection at V2 scale, captured: radix threshold search vs the sort (the GPU plan) {dev(d)}",
+                 f"threshold: {times['threshold_graph']}", f"sort: {times['sorted_graph']}", ratios,
+                 "reported (above 1: the GPU should take the threshold search)"])
+    return rows
+
+
 def suite_rows(d: dict) -> list[list[str]]:
     slow = ", ".join(f"{f['file'].removeprefix('test_')} {f['worker_s']:.0f}" for f in d["slowest_files"][:4])
     walls = d.get("wall_s_all", [d["wall_s"]])  # files from before --runs hold one run
@@ -222,7 +245,8 @@ def suite_rows(d: dict) -> list[list[str]]:
 SOURCES = [("sac_update_{}.json", sac_rows), ("top_p_{}.json", top_p_rows), ("ppo_epoch_{}.json", ppo_rows),
            ("stdb_{}.json", stdb_rows), ("host_syncs_{}.json", sync_rows), ("dispatch_{}.json", dispatch_rows),
            ("suite_time_{}.json", suite_rows), ("sac_trainer_{}_full.json", trainer_rows),
-           ("trainer_busy_sac_{}.json", busy_rows), ("trainer_busy_isreshape-lm_{}.json", busy_rows)]
+           ("trainer_busy_sac_{}.json", busy_rows), ("trainer_busy_isreshape-lm_{}.json", busy_rows),
+           ("sac_breakdown_{}.json", breakdown_rows)]
 
 
 def _cuda_audit_note() -> str:

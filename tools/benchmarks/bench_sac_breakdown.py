@@ -1,0 +1,163 @@
+"""Where one SAC update's device time goes, and the Top-p plans head to head (issue 23, target 2).
+
+The captured update (one launch) is bound by its kernels' time, so the question for a GPU is which
+kernels. Two measurements at the V2 shape of ``bench_sac_update``:
+
+1. **breakdown**: torch.profiler over a few eager updates of the device's plan (the captured update
+   replays the same kernels). Each kernel's device time, per update, summed into classes (matmul, sort,
+   scan, softmax, foreach, index, reduction, elementwise), with the top kernels by name; TorchRL's
+   update beside it. On the CPU the same table lists aten ops by self CPU time (a smoke run: the CPU plan
+   is a different one).
+2. **top_p**: ``top_p_select`` by the sort (the accelerator plan today) and by the radix threshold search
+   (the CPU's, one pass over the whole batch off the CPU), on flat, peaked and mixed batches, interleaved,
+   once each has been checked to select the same sets; on CUDA each is also timed replayed as a CUDA
+   graph, as the trainer's captured update runs it. The ratio sorted / threshold says which plan the GPU
+   should take (backup._select).
+
+Run: ``python -m tools.benchmarks.bench_sac_breakdown [--device cuda] [--rounds 10]``
+"""
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Callable
+
+import torch
+
+from reference_impl import _checks
+from reference_impl.sac import masked_softmax, top_p_select
+from tools.benchmarks import _common as C
+from tools.benchmarks import bench_sac_update as U
+from tools.benchmarks.bench_sac_top_p import KINDS, _logits
+
+# (class, name fragments), first match wins: CUDA kernel names (cuBLAS/CUTLASS GEMMs, cub sorts, ATen's
+# templated kernels) and, on the CPU, aten op names
+CLASSES = (
+    ("matmul", ("gemm", "gemv", "xmma", "cutlass", "nvjet", "splitk", "aten::mm", "aten::bmm", "aten::addmm",
+                "aten::baddbmm")),
+    ("sort", ("sort",)),
+    ("scan", ("scan", "cumsum")),
+    ("softmax", ("softmax",)),
+    ("foreach", ("multi_tensor_apply", "foreach", "adam")),  # the optimisers, the norm clip, the soft update
+    ("index", ("index", "scatter", "gather")),
+    ("reduction", ("reduce", "aten::sum", "aten::amax", "aten::logsumexp", "aten::mean", "aten::min",
+                   "aten::max", "aten::norm", "aten::linalg_vector_norm")),
+    ("elementwise", ("elementwise", "aten::")),
+)
+
+
+def kernel_class(name: str) -> str:
+    """The class of a kernel (or, on the CPU, an aten op) by its name; ``other`` for none."""
+    low = name.lower()
+    return next((cls for cls, frags in CLASSES if any(f in low for f in frags)), "other")
+
+
+def device_times(fn: Callable[[], object], device: torch.device, calls: int = 3) -> dict[str, float]:
+    """Seconds per call of each kernel name (CUDA: the kernels' device time; CPU: the aten ops' self time)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = device.type == "cuda"
+    fn()  # allocator and cuBLAS handles warm, outside the trace
+    if gpu:
+        torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+        if gpu:
+            torch.cuda.synchronize(device)
+    out: dict[str, float] = collections.Counter()
+    for e in prof.events():
+        if gpu and e.device_type == DeviceType.CUDA:
+            out[e.name] += (e.time_range.end - e.time_range.start) / 1e6 / calls
+        elif not gpu and e.name.startswith("aten::"):
+            out[e.name] += e.self_cpu_time_total / 1e6 / calls
+    return dict(out)
+
+
+def by_class(times: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = collections.Counter()
+    for name, t in times.items():
+        out[kernel_class(name)] += t
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def breakdown(device: torch.device, calls: int, top: int = 12) -> dict:
+    """Per side: the device time per update by class, its total, and the top kernels by time."""
+    res = {}
+    for side, make in U.SIDES.items():
+        times = device_times(make(device), device, calls)
+        res[side] = {"total_s": sum(times.values()), "by_class_s": by_class(times),
+                     "top": [{"name": n[:160], "class": kernel_class(n), "s": t}
+                             for n, t in sorted(times.items(), key=lambda kv: -kv[1])[:top]]}
+    return res
+
+
+def _graphed(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` recorded once as a CUDA graph (after a warm-up on a side stream) and replayed."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def top_p_plans(device: torch.device, rounds: int) -> dict:
+    """Median seconds of each Top-p plan per batch kind (and per capture, on CUDA), and sorted / threshold."""
+    g = torch.Generator().manual_seed(0)
+    res = {}
+    for kind in KINDS:
+        logits = _logits(kind, g, U.B, U.A)
+        mask = torch.rand(logits.shape, generator=g) < U.LEGAL_SHARE
+        mask[:, 0] = True
+        probs, mask = masked_softmax(logits, mask).to(device), mask.to(device)
+        plans = {m: (lambda m=m: top_p_select(probs, mask, p=U.TOP_P, method=m)) for m in ("sorted", "threshold")}
+        if not torch.equal(plans["sorted"](), plans["threshold"]()):
+            raise RuntimeError(f"the Top-p plans select different sets on the {kind} batch")
+        if device.type == "cuda":
+            plans.update({f"{m}_graph": _graphed(fn) for m, fn in list(plans.items())})
+        times = C.interleave(plans, rounds, device)
+        med = {m: C.median(t) for m, t in times.items()}
+        res[kind] = {"median_s": med, "sorted_over_threshold": med["sorted"] / med["threshold"]}
+        if device.type == "cuda":
+            res[kind]["graph_sorted_over_threshold"] = med["sorted_graph"] / med["threshold_graph"]
+    return res
+
+
+def main(argv=None) -> dict:
+    ap = C.parser(__doc__)
+    ap.add_argument("--calls", type=int, default=3, help="profiled updates per side (breakdown)")
+    ap.add_argument("--batch", type=int, default=U.B, help="rows of the update's batch (V2: 2048)")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.calls < 1 or args.batch < 1:
+        ap.error("--rounds, --calls and --batch must be at least 1")
+    C.one_thread()
+    dev = torch.device(args.device)
+    rows, U.B = U.B, args.batch  # the update's batch builder reads it
+    try:
+        with _checks.validation(False):
+            parts = {"breakdown": breakdown(dev, args.calls), "top_p": top_p_plans(dev, args.rounds)}
+    finally:
+        U.B = rows
+    res = {"benchmark": "sac_breakdown", "device": str(dev), "rounds": args.rounds, "calls": args.calls,
+           "shape": {"batch": args.batch, "actions": U.A, "top_p": U.TOP_P}, **parts,
+           "packages": ["torchrl", "tensordict"]}
+    path = C.write(f"sac_breakdown_{dev.type}", res, args.json)
+    unit = "device" if dev.type == "cuda" else "self CPU"
+    for side, b in parts["breakdown"].items():
+        classes = ", ".join(f"{c} {1e3 * t:.2f}" for c, t in b["by_class_s"].items())
+        print(f"{side}: {1e3 * b['total_s']:.2f} ms of {unit} time per update ({classes} ms)")
+    for kind, r in parts["top_p"].items():
+        extra = (f"; captured {r['graph_sorted_over_threshold']:.2f}x" if "graph_sorted_over_threshold" in r else "")
+        print(f"Top-p on {kind} rows: sorted / threshold = {r['sorted_over_threshold']:.2f}x{extra}")
+    print(f"wrote {path}")
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
