@@ -139,6 +139,12 @@ def test_entropy_trend_golden(ppo):
     collapse = ppo.entropy_trend(torch.tensor([1.6, 0.8, 0.1, 0.0], dtype=torch.float64))  # b = -0.55, a = 1.525
     assert_that(collapse["decreasing"] and not collapse["slow"], "PPO-SLO-6", collapse,
                 "a collapse (decline 1.65 >= start 1.525) is not slow")
+    # over U updates the decline is -b (U - 1): the fitted line's fall from the first update to the last
+    near = ppo.entropy_trend(torch.tensor([1.0, 0.75, 0.5], dtype=torch.float64))  # b = -0.25, a = 1
+    assert_that(near["slow"], "PPO-SLO-6", near, "slow: the line falls 0.5 over the run, short of its start 1")
+    edge = ppo.entropy_trend(torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64))  # b = -0.5, a = 1: exact in binary
+    assert_that(edge["decreasing"] and not edge["slow"], "PPO-SLO-6", edge,
+                "not slow: the line reaches zero entropy at the last update (-b (U - 1) = a, and slow needs <)")
 
 
 @pytest.mark.clause("PPO-SLO-6")

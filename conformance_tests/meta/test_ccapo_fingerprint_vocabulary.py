@@ -26,6 +26,8 @@ def test_alfworld_drops_articles(raw, want):
     ('LONG_PRESS(id="b")', "LONG_PRESS(Pay)"),  # verbs are case-blind
     ('back(direction="up")', "BACK()"),  # only a scroll keeps a direction
     ('swipe(x=3, y=4, direction="Left")', "SCROLL(left)"),
+    ("home()", "HOME()"),  # the system keys take no target
+    ("ENTER()", "ENTER()"),
 ])
 def test_gui_vocabulary(raw, want):
     assert fingerprint(raw, domain="gui", labels={"b": "Pay"}) == want

@@ -58,6 +58,50 @@ def test_the_driver_runs_the_tests_through_the_verdict():
     assert " -m tools.mutation.verdict -x conformance_tests/test_ppo_losses.py" in cmd
 
 
+def test_each_module_runs_under_its_own_baseline_time(tmp_path):
+    """mutmut keeps one baseline time per cache and stops a mutant's tests after 10x it (a "timeout", counted as
+    detected): the driver writes each module's own measured time there before mutating it."""
+    import sqlite3
+
+    run = _driver()
+    db = tmp_path / ".mutmut-cache"
+    con = sqlite3.connect(db)
+    with con:
+        con.execute('CREATE TABLE "MiscData" ("key" TEXT NOT NULL PRIMARY KEY, "value" TEXT NOT NULL)')
+        con.execute("INSERT INTO MiscData VALUES ('baseline_time_elapsed', '2.5'), ('version', '4')")
+    con.close()
+    run.set_mutmut_baseline(tmp_path, 41.0)
+    con = sqlite3.connect(db)
+    assert dict(con.execute("SELECT key, value FROM MiscData").fetchall()) == {"baseline_time_elapsed": "41.0",
+                                                                                "version": "4"}
+    con.close()
+    run.set_mutmut_baseline(tmp_path / "fresh", 3.0)  # no cache yet: mutmut measures the module itself
+    assert not (tmp_path / "fresh" / ".mutmut-cache").exists()
+
+
+def test_a_baseline_is_measured_once_per_content_and_a_red_one_is_none(tmp_path, monkeypatch):
+    run = _driver()
+    calls = []
+
+    def fake(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1 if "red" in kw["cwd"].name else 0, stdout="", stderr="")
+    monkeypatch.setattr(run.subprocess, "run", fake)
+    cfg = {"pytest_args": [], "modules": {"reference_impl/_clip.py": ["test_ppo_losses.py"]}, "env": {}}
+    state = {"baselines": {}}
+    green = tmp_path / "green"
+    green.mkdir()
+    first = run.baseline(cfg, "reference_impl/_clip.py", green, state)
+    assert isinstance(first, float) and run.baseline(cfg, "reference_impl/_clip.py", green, state) == first
+    assert len(calls) == 1, "the second call reads the cached time"
+    key = next(iter(state["baselines"]))
+    state["baselines"][key] = True  # a state written before the times were kept: measured again
+    assert isinstance(run.baseline(cfg, "reference_impl/_clip.py", green, state), float) and len(calls) == 2
+    red = tmp_path / "red"
+    red.mkdir()
+    assert run.baseline(cfg, "reference_impl/_clip.py", red, {}) is None
+
+
 @pytest.mark.parametrize("until, expected", [
     ("23:30", dt.datetime(2026, 11, 27, 23, 30, tzinfo=dt.timezone.utc)),  # later today
     ("01:05", dt.datetime(2026, 11, 28, 1, 5, tzinfo=dt.timezone.utc)),  # past today: tomorrow's
@@ -128,3 +172,22 @@ def test_the_page_marks_a_surviving_wiring_mutant():
     text = "\n".join(rows)
     assert "**1 of 2 killed**" in text and "| `t.py` | `b` | late mask | **survived** |" in text
     assert "| `t.py` | `a` | lost done | `test_one` |" in text
+
+
+@pytest.mark.parametrize("line, message", [
+    ('        raise ValueError(f"{name} must be finite")', True),
+    ('            "got a mask of the wrong shape "', True),  # a message's continuation
+    ("    f'{clause}: {what}'", True),
+    ("    # a comment", True),
+    ('    "gamma": 0.995,', False),  # a default: its value is what the clause fixes
+    ('           "n_total_global": int(stats["n_total_global"]) + 1,', False),  # a fold's arithmetic
+    ("    'clip_eps': 0.2,  # PPO-CLIP-1", False),
+    ('            "approx_kl": losses.approx_kl(old_log_prob, new_log_prob),  # PPO-KL-1', False),
+    ("    x = 1", False),
+])
+def test_the_hook_skips_message_lines_and_never_a_dict_entry(line, message):
+    """A dict entry that opens with its key is code (a default, a diagnostic, a buffer): its mutants run."""
+    spec = importlib.util.spec_from_file_location("mutmut_hook", REPO / "tools" / "mutation" / "mutmut_config.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    assert hook._is_message_line(line) is message

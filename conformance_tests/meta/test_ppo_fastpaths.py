@@ -65,6 +65,18 @@ def test_fused_loss_terms_equal_the_plain_ones(seed, dtype, spread):
     _assert_fused_is_plain(*_plain_and_fused(*_case(seed, dtype, spread=spread)))
 
 
+@pytest.mark.clause("PPO-LOSS-3")
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_ratio_spread_of_a_tiny_minibatch(n):
+    """One sample has no spread (0, not the NaN of Bessel's std); two have |r0 - r1| / sqrt(2)."""
+    logits, values, mb, old = _case(7, torch.float64, n=n, spread=0.3)
+    for loss, metrics, *_ in _plain_and_fused(logits, values, mb, old):
+        r = torch.exp(torch.log_softmax(logits.masked_fill(~mb["mask"], -1e9), -1)
+                      .gather(1, mb["action"][:, None]).squeeze(1) - old)
+        want = 0.0 if n == 1 else float((r[0] - r[1]).abs()) / 2 ** 0.5
+        assert_close(metrics["ratio_std"], want, "PPO-LOSS-3", dtype=torch.float64, what=f"ratio_std of {n} sample(s)")
+
+
 @pytest.mark.clause("PPO-LOSS-3", "PPO-LOSS-1", "PPO-LOSS-2")
 @pytest.mark.parametrize("wide", ["advantage and return", "old log-prob", "logits"])
 def test_fused_loss_terms_promote_mixed_dtypes_as_the_plain_ones_do(wide):

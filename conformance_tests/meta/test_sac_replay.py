@@ -89,3 +89,14 @@ def test_a_checkpoint_round_trip_continues_where_it_stopped():
         b.add(_rows([9]))
     assert _stored(again) == _stored(buf) == [5, 9, 3, 4]
     assert all(torch.equal(again.data[k][:4], buf.data[k][:4]) for k in FIELDS)
+
+
+def test_a_checkpoint_holds_the_rows_as_they_were_when_it_was_taken():
+    """A checkpoint is written after the state is taken (a background save, a resume test that keeps it): rows the
+    buffer writes later must not reach it, so its data are copies, not views of the live ring."""
+    buf = Replay(4, H)
+    buf.add(_rows([1, 2, 3]))
+    state = buf.state_dict()
+    buf.add(_rows([7, 8]))
+    assert state["data"]["action"].tolist() == [1, 2, 3] and state["data"]["obs"][:, 0].tolist() == [1, 2, 3]
+    assert all(v.device.type == "cpu" for v in state["data"].values())

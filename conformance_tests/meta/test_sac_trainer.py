@@ -1,114 +1,27 @@
-"""Meta smoke tests of the bundled SAC environment and trainer (reference_impl/sac/env.py, trainer.py).
+"""Meta smoke tests of the bundled SAC trainer (reference_impl/sac/trainer.py; its environment: test_sac_env.py).
 
-They check our own POMDP and loop, not a third-party implementation: the observation never holds
-the reference, masks are legal, the illegal hard boundary ends an episode, and a two-update run
-writes the metrics the gates read and resumes where it stopped.
+They check our own loop, not a third-party implementation: a two-update run writes the metrics the gates
+read and resumes where it stopped, the presets carry the spec's sizes, overrides are typed, and the go-live
+summary recomputes from the published logs.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-import torch
 from rlconform.golive import ablation_run, summarise
 from rlconform.spec import default_spec
 from rlconform.spec.gates import evaluate
 
-from reference_impl.sac.corpus import EOS, PAD, UNK, load_corpus
-from reference_impl.sac.env import CharEnv, EnvConfig
 from reference_impl.sac.trainer import (
     PRESETS,
     Config,
     apply_overrides,
     cli,
-    device_legal_mask,
 )
 
 pytestmark = pytest.mark.meta
-
-SMALL = dict(vocab_size=400, max_lines=1500)
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return load_corpus(**SMALL)
-
-
-def _env(corpus, **kw):
-    cfg = dataclasses.replace(EnvConfig(n_envs=4, horizon=10, history=6), **kw)
-    return CharEnv(corpus, corpus.train, cfg, generator=torch.Generator().manual_seed(0))
-
-
-def _legal_sample(env, g):
-    legal = env.legal_mask()
-    return torch.multinomial(legal.float(), 1, generator=g).squeeze(1)
-
-
-def test_observation_is_only_the_agents_own_characters(corpus):
-    g = torch.Generator().manual_seed(1)
-    env_a, env_b = _env(corpus, prime=False), _env(corpus, prime=False)
-    env_b.reset(starts=torch.tensor([50, 900, 4000, 7000]))  # other references, same actions
-    obs_a, obs_b = env_a.observe(), env_b.observe()
-    assert bool((obs_a == PAD).all()) and bool((obs_b == PAD).all())
-    written = []
-    for _ in range(8):
-        a = _legal_sample(env_a, g)
-        a = torch.where(env_b.legal_mask().gather(1, a[:, None]).squeeze(1), a, torch.full_like(a, EOS))
-        written.append(a)
-        obs_a, *_ = env_a.step(a)
-        obs_b, *_ = env_b.step(a)
-        hist = torch.cat([torch.full((4, 6), PAD), torch.stack(written, 1)], 1)[:, -6:]
-        assert torch.equal(obs_a, hist) and torch.equal(obs_b, hist)  # own characters, nothing else
-
-
-def test_primed_observation_holds_no_future_reference(corpus):
-    env = _env(corpus, prime=True)
-    starts = torch.tensor([100, 200, 300, 400])
-    obs = env.reset(starts=starts)
-    assert torch.equal(obs, corpus.train[starts[:, None] - 6 + torch.arange(6)])  # past text only
-    a = torch.full((4,), EOS)
-    obs, *_ = env.step(a)
-    assert torch.equal(obs[:, -1], a) and torch.equal(obs[:, :-1], corpus.train[starts[:, None] - 5 + torch.arange(5)])
-
-
-def test_masks_are_legal(corpus):
-    env = _env(corpus)
-    comma = corpus.index["，"]
-    hist = torch.full((2, 6), corpus.index["的"])
-    hist[1, -1] = comma
-    legal = env.legal_mask(hist)
-    assert bool(legal[:, EOS].all())
-    assert not bool(legal[:, PAD].any()) and not bool(legal[:, UNK].any())
-    assert bool(legal[0, comma]) and not bool(legal[1, comma])  # no repeated punctuation
-    g = torch.Generator().manual_seed(2)
-    for _ in range(6):
-        _, _, done, info = env.step(_legal_sample(env, g))
-        assert not bool(info["illegal"].any())
-        env.reset(done)
-
-
-def test_illegal_action_ends_the_episode_with_exactly_minus_lambda_ill(corpus):
-    env = _env(corpus, illegal_done=True)
-    a = _legal_sample(env, torch.Generator().manual_seed(3))
-    a[1] = UNK
-    _, r, done, info = env.step(a)
-    assert bool(done[1]) and bool(info["early"][1]) and float(r[1]) == -env.cfg.lambda_ill
-    assert not bool(done[0])
-    env_soft = _env(corpus, illegal_done=False)
-    _, r2, done2, info2 = env_soft.step(a)
-    assert not bool(done2[1]) and bool(info2["illegal"][1])
-
-
-def test_teacher_writes_the_reference_next_character(corpus):
-    env = _env(corpus)
-    nxt = env.teacher_action()
-    legal = env.legal_mask().gather(1, nxt[:, None]).squeeze(1)
-    _, _, _, info = env.step(torch.full((4,), EOS), torch.ones(4, dtype=torch.bool))
-    assert torch.equal(info["is_teacher"], legal)
-    assert torch.equal(info["action"][legal], nxt[legal])
-
 
 TINY = ["--set", "vocab_size=400", "--set", "max_lines=1500", "--set", "env.n_envs=8", "--set", "env.horizon=6",
         "--set", "batch_size=16", "--set", "learning_starts=8", "--set", "eval_positions=64",
@@ -135,26 +48,6 @@ def test_two_update_smoke_run_writes_metrics_and_resumes(tmp_path):
     assert cli(["--out", str(out), "--updates", "3", "--resume", *TINY]) == 0
     recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in recs] == [0, 1, 2, 3]
-
-
-def test_device_side_legal_mask_equals_the_env_mask(corpus):
-
-    env = _env(corpus)
-    g = torch.Generator().manual_seed(4)
-    hist = torch.randint(0, corpus.vocab_size, (64, 6), generator=g)
-    hist[::3, -1] = corpus.index["，"]  # rows that end in punctuation: the repeat rule applies
-    for dev in ("cpu", "meta"):
-        got = device_legal_mask(env, torch.device(dev))(hist.to(dev))
-        assert got.device.type == dev and got.shape == (64, corpus.vocab_size)
-    assert torch.equal(device_legal_mask(env, torch.device("cpu"))(hist), env.legal_mask(hist))
-    # independent of both: the compliance rule written out per row
-    for row, h in enumerate(hist.tolist()):
-        want = ~corpus.blacklist.clone()
-        if bool(corpus.punct[h[-1]]):
-            want[h[-1]] = False
-        want[EOS] = True
-        assert int(want.sum()) >= env.cfg.min_legal  # so the whitelist fallback does not apply here
-        assert torch.equal(env.legal_mask(hist[row:row + 1])[0], want)
 
 
 def test_full_preset_carries_the_v2_sizes_of_the_spec():

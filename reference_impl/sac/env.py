@@ -164,8 +164,10 @@ class CharEnv:
         """The prime as the texts hold it, in the coverage window: its characters other than <pad>, in order,
         right-aligned in W slots (NO_CHAR before)."""
         m, W = self.m, self.cfg.window
-        kept, order = (prompt != PAD).long().sort(dim=1, stable=True)  # <pad> first, the rest in order
-        chars = torch.where(kept.bool(), self.char_id[prompt.gather(1, order)], NO_CHAR)
+        kept = prompt != PAD
+        # <pad> first, the rest in their order; the keys are distinct, so no device's sort has ties to break
+        order = (kept.long() * m + torch.arange(m, device=self.device)).argsort(dim=1)
+        chars = torch.where(kept.gather(1, order), self.char_id[prompt.gather(1, order)], NO_CHAR)
         if m >= W:
             return chars[:, m - W:]
         return torch.cat([torch.full((len(prompt), W - m), NO_CHAR, dtype=torch.long, device=self.device), chars], 1)

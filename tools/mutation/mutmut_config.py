@@ -2,7 +2,8 @@
 
 Mutants that only change the text of an error message are not run (mutmut records them as skipped, and
 the page counts them apart): a message text changes no number, no shape and no control flow. Two kinds:
-- lines that only build a message (a ``raise`` line, a string continuation, a comment);
+- lines that only build a message (a ``raise`` line, a string continuation, a comment), never a dict entry
+  that opens with its string key (``"gamma": 0.995,``: a default, a diagnostic, a buffer);
 - a string passed to a guard of ``reference_impl/_checks.py`` (a clause id such as ``"SAC-CRITIC-1"``,
   an argument's name), which the guard uses only to word the message it raises; a clause id anywhere
   else is message text too.
@@ -11,10 +12,15 @@ The guard's condition and every other argument are still mutated.
 import re
 
 _CLAUSE_ID = re.compile(r'^"[A-Z]+(?:-[A-Z0-9]+)+"$')
+# a line that opens with a string literal followed by a colon is a dict entry (a default, a diagnostic, a
+# buffer): its value is code, and its key is read by name
+_DICT_ENTRY = re.compile(r"""^[rRbBfF]{0,2}("[^"]*"|'[^']*')\s*:""")
 
 
 def _is_message_line(line: str) -> bool:
     s = line.strip()
+    if _DICT_ENTRY.match(s):
+        return False
     return s.startswith(("raise ", "f\"", "\"", "f'", "'", "rf\"", "r\"")) or s.startswith("#")
 
 

@@ -128,7 +128,8 @@ def render(results: dict, summary: dict, stamp_md: str, wiring: dict | None = No
         "# Mutation testing of the reference",
         "",
         stamp_md,
-        f"Tool: **{results['tool']}**, driven by `tools/mutation/run.py` over the reference's math modules "
+        f"Tool: **{results['tool']}**, driven by `tools/mutation/run.py` over the reference's math modules and the "
+        f"environments its trainers learn in "
         f"(`tools/mutation/config.yaml`); each module is tested only with its own family's test files, "
         f"hypothesis profile `{results.get('profile')}` (the `ci` examples without shrinking), pytest "
         f"`{' '.join(results.get('pytest_args', []))}`. Results updated {results.get('updated')}.",
@@ -137,7 +138,8 @@ def render(results: dict, summary: dict, stamp_md: str, wiring: dict | None = No
         f"target {_pct(TARGET)}. {t['new_kills']} of the detected survived the suite and are killed by tests written for "
         f"them (checked by `run.py --verify-kills`). {t['equivalent']} survivors are equivalent mutants (no input can tell them apart; "
         f"each with its reason below), {t['open']} are open. {t['skipped']} mutants on error-message lines were not "
-        f"run (tools/mutation/mutmut_config.py) and {t['untested']} were not reached before the run stopped.",
+        f"run (tools/mutation/mutmut_config.py; a dict entry that opens with its string key is code, and runs) "
+        f"and {t['untested']} were not reached before the run stopped.",
         "",
         "| module | state | mutants run | killed by the suite | timeout | survived | killed by new tests | equivalent | open | untested | score |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -30,7 +30,9 @@ module runs and when it ends, so nothing that finished is lost.
 Each module is tested only with its own family's test files (config.yaml), under the ci hypothesis
 profile, with ``-x``: a mutant is killed by its first failing test. Before mutating a module the driver
 runs that module's test command once on the unmutated snapshot and refuses to go on if it fails (a red
-baseline would count every mutant as killed).
+baseline would count every mutant as killed), and gives mutmut that run's time as the module's baseline:
+mutmut keeps a single one per cache and stops a mutant's tests after 10x it, so a module with slower tests
+than the snapshot's first would have its mutants, killed and surviving alike, recorded as timeouts.
 """
 from __future__ import annotations
 
@@ -124,22 +126,39 @@ def fingerprint(tree: Path, module: str, files: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def baseline(cfg: dict, module: str, tree: Path, state: dict) -> bool:
-    """The module's test command must pass on the unmutated snapshot (cached per content fingerprint)."""
+def baseline(cfg: dict, module: str, tree: Path, state: dict) -> float | None:
+    """The module's test command must pass on the unmutated snapshot: its wall time in seconds (cached per
+    content fingerprint), or None when it fails."""
     files = test_files(cfg, module, tree)
     key = f"{module}:{fingerprint(tree, module, files)}"
-    if state.get("baselines", {}).get(key):
-        return True
+    cached = state.get("baselines", {}).get(key)
+    if isinstance(cached, float):  # an older state recorded only True: measured again, for the time
+        return cached
     log(f"baseline for {module}: {runner(cfg, module, tree)}")
     t0 = time.monotonic()
     proc = subprocess.run(shlex.split(runner(cfg, module, tree)), cwd=tree, env=env_for(cfg),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         log(f"baseline FAILED for {module} (exit {proc.returncode}); not mutating it:\n{proc.stdout[-3000:]}")
-        return False
-    log(f"baseline ok in {time.monotonic() - t0:.0f}s")
-    state.setdefault("baselines", {})[key] = True
-    return True
+        return None
+    seconds = time.monotonic() - t0
+    log(f"baseline ok in {seconds:.0f}s")
+    state.setdefault("baselines", {})[key] = seconds
+    return seconds
+
+
+def set_mutmut_baseline(tree: Path, seconds: float) -> None:
+    """Make ``seconds`` the baseline time mutmut reads from its cache. mutmut keeps one per cache (the first
+    module's) and stops a mutant's tests after 10x it as a timeout, which counts as detected: a module whose
+    tests run longer than the first one's would have killed and surviving mutants alike reported as timeouts.
+    A fresh snapshot has no cache yet; mutmut then measures this module's baseline itself."""
+    db = tree / ".mutmut-cache"
+    if not db.exists():
+        return
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("INSERT OR REPLACE INTO MiscData (key, value) VALUES ('baseline_time_elapsed', ?)", (str(seconds),))
+    con.close()
 
 
 # ----------------------------------------------------------------------------- the cache, read directly
@@ -459,10 +478,12 @@ def main(argv=None) -> int:
         if past(until):
             log(f"deadline reached before {module}")
             break
-        if not baseline(cfg, module, tree, state):
+        seconds = baseline(cfg, module, tree, state)
+        if seconds is None:
             failed.append(module)
             continue
         state_path.write_text(json.dumps(state, indent=1))
+        set_mutmut_baseline(tree, seconds)  # this module's timeout, not the first module's
         run_module(cfg, module, tree, args.workdir / "logs", until=until, every=args.every, selected=selected)
     export(cfg, tree, selected)
     log(f"wrote {RESULTS}; red baselines: {failed or 'none'}")
