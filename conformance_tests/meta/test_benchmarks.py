@@ -205,6 +205,8 @@ def test_the_breakdown_runs_on_the_cpu_and_checks_the_top_p_plans_agree(tmp_path
 
     import torch
 
+    pytest.importorskip("torchrl", reason="the breakdown profiles TorchRL's update beside ours (the torchrl extra)")
+
     from tools.benchmarks import bench_sac_breakdown as bd
     from tools.benchmarks import bench_sac_update
 

@@ -92,7 +92,8 @@ class CharEnv:
         B, T, m, V = cfg.n_envs, cfg.horizon, cfg.history, corpus.vocab_size
         self.B, self.T, self.m, self.V = B, T, m, V
         dev = self.device = source.device
-        self.glyph = [("\x00", "\ufffd", "\n")[i] if i <= EOS else ch for i, ch in enumerate(corpus.chars)]
+        specials = ("\x00", "\N{REPLACEMENT CHARACTER}", "\n")  # <pad>, <unk> and <eos> as the texts spell them
+        self.glyph = [specials[i] if i <= EOS else ch for i, ch in enumerate(corpus.chars)]
         first = {}
         self.char_id = torch.tensor([first.setdefault(ch, i) for i, ch in enumerate(self.glyph)],
                                     device=dev)  # one id per distinct glyph: the texts' characters, as ids

@@ -1,4 +1,4 @@
-"""Where one SAC update's device time goes, and the Top-p plans head to head (issue 23, target 2).
+"""Where one SAC update's device time goes, and the Top-p plans head to head.
 
 The captured update (one launch) is bound by its kernels' time, so the question for a GPU is which
 kernels. Two measurements at the V2 shape of ``bench_sac_update``:
