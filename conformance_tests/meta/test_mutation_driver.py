@@ -191,3 +191,20 @@ def test_the_hook_skips_message_lines_and_never_a_dict_entry(line, message):
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
     assert hook._is_message_line(line) is message
+
+
+def test_a_verified_kill_of_a_mutant_mutmut_left_untested_counts_as_killed():
+    """mutmut 2 may never run a mutant on a line that repeats in its module; a classification that names the test
+    killing it, confirmed by --verify-kills on that very line, is its verdict. Unconfirmed, it stays untested."""
+    render = _tool("render")
+    line = "if _checks._on() and bool((t < 0).any()):"
+    results = {"modules": {"reference_impl/m.py": {"state": "partial", "mutants": [
+        {"id": "m.py:82:0", "line_number": 82, "line": line, "index": 0, "status": "untested"},
+        {"id": "m.py:24:0", "line_number": 24, "line": line, "index": 0, "status": "killed"}]}}}
+    entry = {"id": "m.py:82:0", "line": line, "status": "killed", "test": "t.py::test_x"}
+    seen = render.summarise(results, [entry], {"m.py:82:0": {"killed": True, "line": line}})
+    (row,) = seen["rows"]
+    assert (row["killed"], row["untested"], row["state"], row["score"]) == (2, 0, "complete", 1.0)
+    unconfirmed = render.summarise(results, [entry], {})
+    (row,) = unconfirmed["rows"]
+    assert (row["killed"], row["untested"], row["state"]) == (1, 1, "partial")

@@ -6,7 +6,8 @@ Score = detected / (tested - equivalent): detected = killed or timed out by the 
 that a test written for it kills; tested = every mutant with a verdict (untested and skipped ones are
 left out and counted apart). A survivor classified "killed" counts as detected only once that is checked:
 ``run.py --verify-kills`` recorded it in verified.json (the test passes on the original and fails on the
-mutant), or a later mutmut run recorded it killed.
+mutant), or a later mutmut run recorded it killed. The same check gives a mutant mutmut left untested (a line
+repeated in its module) its verdict: killed by the suite's named test.
 """
 from __future__ import annotations
 
@@ -64,6 +65,15 @@ def summarise(results: dict, entries: list[dict], verified: dict | None = None) 
         equivalent = open_ = new_kills = 0
         for m in ms:
             e = by_key.get(_key(module, m["line"], m["index"]))
+            v = verified.get(e["id"]) if e else None
+            if (m["status"] == "untested" and e and e["status"] == "killed" and v and v.get("killed")
+                    and v.get("line") == m["line"]):
+                # mutmut 2 gives a line that repeats in a module the other copy's verdict and may never run it;
+                # --verify-kills ran this one and the named test of the suite killed it
+                count["untested"] -= 1
+                count["killed"] += 1
+                claimed.append({"module": module, **m, "entry": e})
+                continue
             if m["status"] == "survived":
                 kind = e["status"] if e else "unclassified"
                 v = verified.get(e["id"]) if e else None
@@ -80,7 +90,8 @@ def summarise(results: dict, entries: list[dict], verified: dict | None = None) 
         tested = count["killed"] + count["timeout"] + count["survived"]
         denom = tested - equivalent
         detected = count["killed"] + count["timeout"] + new_kills
-        rows.append({"module": module, "state": data.get("state", "not run"), "mutants": len(ms), **count,
+        state = "complete" if data.get("state") == "partial" and not count["untested"] else data.get("state", "not run")
+        rows.append({"module": module, "state": state, "mutants": len(ms), **count,
                      "equivalent": equivalent, "open": open_, "detected": detected, "new_kills": new_kills,
                      "score": detected / denom if denom else None})
     ran = [r for r in rows if r["mutants"]]
