@@ -246,3 +246,9 @@ def test_a_gpu_breakdown_shows_the_classes_and_the_captured_top_p_plans():
     assert update[1] == "7.2 ms: matmul 2.50, sort 1.50, elementwise 3.20"  # a class under 0.5% left out
     assert update[2] == "TorchRL: 4.9 ms: matmul 2.50, elementwise 2.40" and update[3] == "**0.68**"
     assert top_p[1].startswith("threshold: flat 0.80 ms") and top_p[3] == "flat 1.50, peaked 1.50, mixed 1.50"
+    for r in kinds.values():  # a capture that failed on the GPU: the row falls back to the eager figures
+        r.update(median_s={"sorted": 2.0e-3, "threshold": 1.0e-3}, sorted_over_threshold=2.0, graph_failed="x")
+        del r["graph_sorted_over_threshold"]
+    _, eager = breakdown_rows(d)
+    assert "eager (the capture failed" in eager[0] and eager[1].startswith("threshold: flat 1.00 ms")
+    assert eager[3] == "flat 2.00, peaked 2.00, mixed 2.00"

@@ -201,21 +201,23 @@ def test_the_reward_state_round_trips_on_the_host(corpus):
 
 
 def test_the_env_defaults_are_the_spec_and_the_published_cpu_preset():
-    """The reward and mask constants are the spec's (the defaults table, itself held to the spec by test_defaults.py;
-    SAC-LEGAL-2's three; §2's hard boundary); the rest is the CPU preset that trained the published results
-    (docs/results/sac/results.md: 256 passages of 32 characters, a primed 4-character history): a default that
-    moved would leave those figures describing another configuration."""
+    """The reward and mask constants are the spec's (its default clauses; SAC-LEGAL-2's three; §2's hard boundary);
+    the rest is the CPU preset that trained the published results (docs/results/sac/results.md: 256 passages of
+    32 characters, a primed 4-character history): a default that moved would leave those figures describing
+    another configuration."""
     import io
     import json
     import tarfile
     from pathlib import Path
 
-    from reference_impl.sac.defaults import DEFAULTS
+    from rlconform.spec import default_spec
 
+    spec = {k: v for c in default_spec().clauses.values() if c.kind == "default" and c.family == "sac"
+            for k, v in c.value.items()}
     cfg = EnvConfig()
     for key in ("ngram_n", "window", "nce_tau", "lambda_cov", "lambda_nce", "lambda_gar", "lambda_ill", "lambda_bigram",
                 "popart_eps"):
-        assert getattr(cfg, key) == DEFAULTS[key], key
+        assert getattr(cfg, key) == spec[key], key
     assert cfg.min_legal == 3 and cfg.illegal_done is True and cfg.teacher_mode == "reject"
     assert (cfg.n_envs, cfg.horizon, cfg.history, cfg.prime) == (256, 32, 4, True)
     assert (cfg.popart_beta, cfg.nce_dim, cfg.nce_queue, cfg.nce_momentum, cfg.nce_lr, cfg.whitelist_size) == \
@@ -417,12 +419,16 @@ def test_coverage_is_scored_on_the_texts_and_the_bonus_adds_to_the_reward(corpus
     envs[1].load_state_dict(envs[0].state_dict())  # the same encoders, queue and PopArt streams
     for env in envs:
         env.reset(starts=starts)
-    g, paid = torch.Generator().manual_seed(6), 0
+    g, paid, written, src = torch.Generator().manual_seed(6), 0, [], corpus.train
     for t in range(5):
         a = envs[0].teacher_action() if t % 2 else _legal_sample(envs[0], g)
+        written.append(a)
         (_, r1, _, i1), (_, r0, _, i0) = (env.step(a.clone()) for env in envs)
-        agent, ref = envs[0].texts()
-        want = [ngram_coverage(x, y, n=3, window=64) for x, y in zip(agent, ref)]
+        want = []
+        for r, s in enumerate(starts.tolist()):  # the texts written out: the prime, then t + 1 characters
+            prime = _text(corpus, src[s - 6:s])
+            agent, ref = prime + _text(corpus, torch.stack(written, 1)[r]), prime + _text(corpus, src[s:s + t + 1])
+            want.append(ngram_coverage(agent, ref, n=3, window=64))
         assert torch.allclose(i1["cov"], torch.tensor(want, dtype=i1["cov"].dtype)), f"step {t}"
         assert torch.allclose(r1 - r0, i1["bonus"]) and torch.equal(i0["bonus"], torch.zeros(4))
         paid += int((i1["bonus"] != 0).sum())

@@ -224,8 +224,18 @@ def _pages(site: Path) -> list[Path]:
 
 
 # Formula source a reader must never meet as text: a reST role, a TeX control word, a TeX sub- or superscript
-# group. A formula is typeset (arithmatex, MathJax) or written out in Unicode (headings, TOC, search).
-RAW_TEX = re.compile(r":math:|\\[A-Za-z]{2,}|[_^]\{")
+# group. A formula is typeset (arithmatex, MathJax) or written out in Unicode (headings, TOC, search). A Python
+# escape such as "\ufffd" in quoted source (the mutation page) is not a control word.
+RAW_TEX = re.compile(r":math:|\\(?!u[0-9A-Fa-f]{4}(?![0-9A-Za-z]))[A-Za-z]{2,}|[_^]\{")
+
+
+@pytest.mark.parametrize("text, formula", [
+    ("\\frac{a}{b}", True), ("\\alpha", True), ("\\underline{x}", True), ("x_{t}", True), (":math:`x`", True),
+    ('specials = ("\\x00", "\\ufffd", "\\n")', False),  # Python escapes in quoted source (the mutation page)
+    ("\\ufffdx", True),  # not an escape: a control word that happens to start with u
+])
+def test_formula_source_is_told_from_a_python_escape(text, formula):
+    assert bool(RAW_TEX.search(text)) is formula
 
 
 def _is_python_signature(code: str) -> bool:
