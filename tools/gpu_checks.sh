@@ -27,8 +27,8 @@ if want 2; then
 say "2 SAC update at the V2 shape vs TorchRL (eager, captured, captured with compiled objectives; wall time, launches)"
 timeout 270 python3 -m tools.benchmarks.bench_sac_update --device cuda --rounds 15 \
   --json "$R/sac_update_cuda.json" 2>&1 | tail -6 | keep
-say "2b where the update's GPU time goes (kernel classes) and the Top-p plans captured: sort vs threshold search"
-timeout 120 python3 -m tools.benchmarks.bench_sac_breakdown --device cuda --rounds 10 \
+say "2b where the update's GPU time goes (kernel classes; eager and compiled heads) and the Top-p plans captured"
+timeout 180 python3 -m tools.benchmarks.bench_sac_breakdown --device cuda --rounds 10 \
   --json "$R/sac_breakdown_cuda.json" 2>&1 | tail -6 | keep
 fi
 

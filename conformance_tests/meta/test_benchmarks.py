@@ -191,6 +191,8 @@ def test_a_failed_test_is_named_with_its_module(tmp_path):
     ("void at_cuda_detail::cub::DeviceSegmentedRadixSortKernel<at_cuda_detail::cub::DeviceRadixSortPolicy<float, "
      "long, int>::Policy900, true, false, float, long, int const*, int const*, int, at_cuda_detail::cub::detail::"
      "identity_decomposer_t>", "sort"),
+    ("triton_red_fused__softmax_add_clamp_gather_logsumexp_scatter_add_0", "fused"),  # Inductor's, whatever it fuses
+    ("triton_poi_fused_mul_0", "fused"),
     ("aten::baddbmm", "matmul"), ("aten::index_add_", "index"), ("aten::where", "elementwise"),
     ("cudaStreamSynchronize", "other"),
 ])
@@ -252,3 +254,36 @@ def test_a_gpu_breakdown_shows_the_classes_and_the_captured_top_p_plans():
     _, eager = breakdown_rows(d)
     assert "eager (the capture failed" in eager[0] and eager[1].startswith("threshold: flat 1.00 ms")
     assert eager[3] == "flat 2.00, peaked 2.00, mixed 2.00"
+    d["breakdown"]["reference_compiled"] = {"total_s": 3.5e-3, "by_class_s": {"matmul": 2.5e-3, "fused": 1.0e-3}}
+    update, compiled, _ = breakdown_rows(d)
+    assert compiled[1] == "3.5 ms: matmul 2.50, fused 1.00" and compiled[3] == "**1.40**"
+    d["breakdown"]["reference_compiled"] = {"failed": "BackendCompilerFailed: no triton"}
+    _, compiled, _ = breakdown_rows(d)
+    assert compiled[1] == "failed: BackendCompilerFailed: no triton" and compiled[3] == "—"
+
+
+def test_a_contender_that_cannot_run_is_recorded_as_failed_and_the_others_still_run(monkeypatch):
+    import torch
+
+    from tools.benchmarks import bench_sac_breakdown as bd
+
+    def broken(device):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(bd, "_sides", lambda device: {"reference": lambda device: (lambda: torch.ones(2).sum()),
+                                                      "reference_compiled": broken})
+    res = bd.breakdown(torch.device("cpu"), calls=1)
+    assert res["reference_compiled"] == {"failed": "RuntimeError: no compiler"}
+    assert res["reference"]["total_s"] > 0
+    monkeypatch.setattr(bd, "_sides", lambda device: {"reference": broken})
+    with pytest.raises(RuntimeError, match="no compiler"):  # ours or TorchRL's failing is an error, not a row
+        bd.breakdown(torch.device("cpu"), calls=1)
+
+
+def test_only_cuda_adds_the_compiled_contender():
+    import torch
+
+    from tools.benchmarks import bench_sac_breakdown as bd
+
+    assert "reference_compiled" not in bd._sides(torch.device("cpu"))
+    assert set(bd._sides(torch.device("cuda"))) == {"reference", "torchrl", "reference_compiled"}

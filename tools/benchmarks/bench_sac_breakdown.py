@@ -6,7 +6,8 @@ kernels. Two measurements at the V2 shape of ``bench_sac_update``:
 1. **breakdown**: torch.profiler over a few eager updates of the device's plan (the captured update
    replays the same kernels). Each kernel's device time, per update, summed into classes (matmul, sort,
    scan, softmax, foreach, index, reduction, elementwise), with the top kernels by name; TorchRL's
-   update beside it. On the CPU the same table lists aten ops by self CPU time (a smoke run: the CPU plan
+   update beside it; on CUDA also ours with the fused heads compiled (``compile=True``), whose Inductor
+   kernels form the class "fused". On the CPU the same table lists aten ops by self CPU time (a smoke run: the CPU plan
    is a different one).
 2. **top_p**: ``top_p_select`` by the sort (the accelerator plan today) and by the radix threshold search
    (the CPU's, one pass over the whole batch off the CPU), on flat, peaked and mixed batches, interleaved,
@@ -19,6 +20,7 @@ Run: ``python -m tools.benchmarks.bench_sac_breakdown [--device cuda] [--rounds 
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 from typing import Callable
 
@@ -33,6 +35,7 @@ from tools.benchmarks.bench_sac_top_p import KINDS, _logits
 # (class, name fragments), first match wins: CUDA kernel names (cuBLAS/CUTLASS GEMMs, cub sorts, ATen's
 # templated kernels) and, on the CPU, aten op names
 CLASSES = (
+    ("fused", ("triton_",)),  # Inductor's generated kernels (the compiled heads), whatever ops they fuse
     ("matmul", ("gemm", "gemv", "xmma", "cutlass", "nvjet", "splitk", "aten::mm", "aten::bmm", "aten::addmm",
                 "aten::baddbmm")),
     ("sort", ("sort",)),
@@ -82,11 +85,26 @@ def by_class(times: dict[str, float]) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def _sides(device: torch.device) -> dict[str, Callable]:
+    """The contenders: ours and TorchRL's update, and on CUDA ours with its fused heads compiled (the
+    trainer's ``compile=True``: Inductor's kernels in place of the heads' eager passes)."""
+    extra = {"reference_compiled": functools.partial(U.reference_step, compile=True)} if device.type == "cuda" else {}
+    return {**U.SIDES, **extra}
+
+
 def breakdown(device: torch.device, calls: int, top: int = 12) -> dict:
-    """Per side: the device time per update by class, its total, and the top kernels by time."""
+    """Per side: the device time per update by class, its total, and the top kernels by time. A side that
+    cannot run (the compiled one, where Inductor's compiler fails) is recorded as failed, not fatal."""
     res = {}
-    for side, make in U.SIDES.items():
-        times = device_times(make(device), device, calls)
+    for side, make in _sides(device).items():
+        try:
+            times = device_times(make(device), device, calls)
+        except Exception as exc:
+            if side in U.SIDES:
+                raise
+            res[side] = {"failed": f"{type(exc).__name__}: {exc}"[:800]}
+            print(f"{side} not profiled: {res[side]['failed']}", file=sys.stderr)
+            continue
         res[side] = {"total_s": sum(times.values()), "by_class_s": by_class(times),
                      "top": [{"name": n[:160], "class": kernel_class(n), "s": t}
                              for n, t in sorted(times.items(), key=lambda kv: -kv[1])[:top]]}
@@ -157,6 +175,8 @@ def main(argv=None) -> dict:
     path = C.write(f"sac_breakdown_{dev.type}", res, args.json)
     unit = "device" if dev.type == "cuda" else "self CPU"
     for side, b in parts["breakdown"].items():
+        if "failed" in b:
+            continue
         classes = ", ".join(f"{c} {1e3 * t:.2f}" for c, t in b["by_class_s"].items())
         print(f"{side}: {1e3 * b['total_s']:.2f} ms of {unit} time per update ({classes} ms)")
     for kind, r in parts["top_p"].items():

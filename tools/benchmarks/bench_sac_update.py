@@ -78,12 +78,13 @@ def _reference_nets(device):
     return (policy, critic, target, log_alpha, opts), b
 
 
-def reference_step(device):
+def reference_step(device, compile: bool = False):
+    """The eager update (``compile``: its fused heads torch.compile'd, as the trainer's ``compile=True``)."""
     nets, b = _reference_nets(device)
 
     def step():
         with _checks.validation(False):  # as the trainers run after their first batch
-            return update_step(*nets, b, top_p=TOP_P)
+            return update_step(*nets, b, top_p=TOP_P, compile=compile)
     return step
 
 

@@ -214,6 +214,12 @@ def breakdown_rows(d: dict) -> list[list[str]]:
     rows = [[f"SAC update at V2 scale: kernel time per update by class, eager (the captured update replays these "
              f"kernels) {dev(d)}", _classes(ref), f"TorchRL: {_classes(trl)}",
              f"**{trl['total_s'] / ref['total_s']:.2f}**", "reported (where target 2's time goes)"]]
+    comp = d["breakdown"].get("reference_compiled")
+    if comp is not None:  # files from before the compiled side hold none
+        ours = f"failed: {comp['failed'][:120]}" if "failed" in comp else _classes(comp)
+        ratio = "—" if "failed" in comp else f"**{trl['total_s'] / comp['total_s']:.2f}**"
+        rows.append([f"the same, fused heads compiled (`compile=True`; Inductor's kernels: \"fused\") {dev(d)}",
+                     ours, f"TorchRL: {_classes(trl)}", ratio, "reported (what compiling the heads saves)"])
     tp = d["top_p"]
     captured = all("graph_sorted_over_threshold" in r for r in tp.values())  # else a capture failed: eager times
     suffix, ratio = ("_graph", "graph_sorted_over_threshold") if captured else ("", "sorted_over_threshold")
