@@ -116,8 +116,16 @@ def signature_problem(family: str, op: str, fn: Any) -> str | None:
         except TypeError as e:
             shown = ", ".join(pos + (["*"] if kw else []) + kw)
             return (f"{family}.{op}{got} cannot be called as the contract calls it, {op}({shown}): {e} "
-                    f"(see the {family} contract page)")
+                    f"(the contract: {_where(getattr(contract.protocol(family), op))})")
     return None
+
+
+def _where(fn: Any) -> str:
+    """``path:line`` of a contract operation's definition, for a message that points at it."""
+    try:
+        return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+    except (OSError, TypeError):  # no source shipped: the module is still named
+        return f"{fn.__module__}.{fn.__qualname__}"
 
 
 def check_signatures(impl: Any, families: Iterable[str]) -> dict[str, list[str]]:

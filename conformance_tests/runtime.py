@@ -127,6 +127,7 @@ class RlconformRun:
             self.preflight_error = str(e)
         self.tests: dict[str, dict] = {}
         self.unmatched: list[str] = []
+        self.meta_left_out = 0  # meta-tests deselected because --impl is not the bundled reference
         self.started = time.time()
         path = option(config, "events")
         self.events = open(path, "a", encoding="utf-8", buffering=1) if path and not self.worker else None
@@ -233,6 +234,11 @@ class RlconformRun:
             raise pytest.UsageError(f"--families names unknown famil(ies): {', '.join(bad)} "
                                     f"(known: {', '.join(spec.families)})")
         keep = list(items)
+        self.meta_left_out = 0
+        if self.impl != preflight.DEFAULT_IMPL:  # the meta-tests check the suite and the bundled reference,
+            meta = [it for it in keep if it.get_closest_marker("meta")]  # never --impl: some carry a clause
+            keep = [it for it in keep if not it.get_closest_marker("meta")]  # mark, which would misreport it
+            self.meta_left_out = len(meta)
         if self.clauses:
             keep = [it for it in keep if set(self.clauses) & set(item_clauses(it))]
         if self.families:
@@ -441,6 +447,9 @@ class RlconformRun:
                 f"rlconform: spec {versions}"]
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        if self.meta_left_out:
+            terminalreporter.write_line(f"rlconform: {self.meta_left_out} meta-test(s) left out: they test the suite "
+                                        "and the bundled reference, not --impl (run them without --impl)")
         for clause in self.unmatched:
             terminalreporter.write_line(f"rlconform: warning: expectation for {clause} matches no collected test",
                                         yellow=True)

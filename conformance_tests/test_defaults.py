@@ -17,7 +17,9 @@ _SPEC = default_spec()
 _DEFAULTS = [c for c in _SPEC.clauses.values() if c.kind == "default"]
 
 
-@pytest.mark.parametrize("clause", [pytest.param(c, id=c.id, marks=pytest.mark.clause(c.id)) for c in _DEFAULTS])
+# ids carry the family (``isreshape-ISR-DEFAULT-1``), so that ``-k isreshape`` selects a family's defaults too
+@pytest.mark.parametrize("clause", [pytest.param(c, id=f"{c.family}-{c.id}", marks=pytest.mark.clause(c.id))
+                                    for c in _DEFAULTS])
 def test_default_values(impl, clause):
 
     fam = FamilyProxy(clause.family, getattr(impl, clause.family, None))

@@ -416,6 +416,18 @@ def test_entropy_ratio_is_zero_when_no_row_has_a_choice(ppo, noise):
 T = lambda *x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
 
 
+def _bad_input_id(op: str, args: tuple, kwargs: dict) -> str:
+    """``value_loss-inf``, ``clip_fraction-clip_eps=-0.1``, ``ratio-shapes``, ``normalize_advantages-1-sample``:
+    what is bad about the call."""
+    flat = [float(v) for a in args if torch.is_tensor(a) for v in a.flatten()]
+    bad = [k for k, f in (("nan", math.isnan), ("inf", math.isinf)) if any(f(v) for v in flat)]
+    tensors = [a for a in args if torch.is_tensor(a)]
+    same = all(a.shape == tensors[0].shape for a in tensors)
+    if not bad and same:
+        bad = [",".join(f"{k}={v}" for k, v in kwargs.items()) if kwargs else f"{tensors[0].numel()}-sample"]
+    return f"{op}-{'-'.join(bad) or 'shapes'}"
+
+
 @pytest.mark.clause("PPO-INPUT-4")
 @pytest.mark.parametrize("case", [
     ("ratio", (T(0.0, 1.0), T(0.0)), {}),
@@ -429,11 +441,12 @@ T = lambda *x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
     ("clip_fraction", (T(1.0),), {"clip_eps": -0.1}),
     ("value_loss", (T(1.0, 2.0), T(1.0)), {}),
     ("value_loss", (T(float("inf")), T(1.0)), {}),
+    ("value_loss", (T(1.0), T(float("nan"))), {}),
     ("normalize_advantages", (T(1.0),), {}),
     ("normalize_advantages", (T(1.0, float("nan")),), {}),
     ("kl_early_stop", (0.01,), {"target_kl": 0.0}),
     ("scale_reward", (T(1.0),), {"scale": 0.0}),
-], ids=lambda c: c[0])
+], ids=lambda c: _bad_input_id(*c))
 def test_bad_loss_inputs_are_rejected(ppo, case):
     op, args, kwargs = case
     assert_rejects("PPO-INPUT-4", ppo.raw(op), *args, **kwargs)

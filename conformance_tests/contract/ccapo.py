@@ -35,7 +35,7 @@ class CcapoOps(Protocol):
         """Raw action text -> abstract fingerprint ``VERB(arg, ...)`` with instance numbers,
         coordinates and element ids dropped. ``domain`` picks a registered fingerprinter
         ("alfworld", "gui"); the GUI one resolves an element id through ``labels`` (id -> label).
-        An unknown domain or an id missing from ``labels`` raises."""
+        An unknown domain or an id missing from ``labels`` raises (CCAPO-INPUT-4)."""
 
     def abstract_location(self, raw_location: str, *, domain: str) -> str:
         """Coarse location of a state: the room (alfworld), the activity name (android), or

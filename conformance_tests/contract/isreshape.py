@@ -19,10 +19,10 @@ class IsReshapeOps(Protocol):
 
     def reward_gamma(self, advantages: Tensor, *, beta: float = 1.0, gamma_min: float = 0.0,
                      gamma_max: float = 1.0) -> Tensor:
-        """[T] A -> [T] γ = γ_min + (γ_max − γ_min)·σ(β|A|). β < 0 or γ bounds outside 0 ≤ γ_min ≤ γ_max ≤ 1 raise."""
+        """[T] A -> [T] γ = γ_min + (γ_max − γ_min)·σ(β|A|). β < 0 (ISR-INPUT-3) or γ bounds outside 0 ≤ γ_min ≤ γ_max ≤ 1 (ISR-INPUT-4) raise."""
 
     def sapo_weight(self, ratio: Tensor, *, tau: float = 1.0) -> Tensor:
-        """[T] r -> [T] r·sech²(τ(r−1)/2). τ ≤ 0 raises."""
+        """[T] r -> [T] r·sech²(τ(r−1)/2). τ ≤ 0 raises (ISR-INPUT-3)."""
 
     def sapo_weight_signed(self, ratio: Tensor, advantages: Tensor, *, tau_pos: float, tau_neg: float) -> Tensor:
         """[T] r, [T] A -> [T] r·sech²(τ_A(r−1)/2) with τ_A = τ_pos where A > 0 and τ_neg elsewhere (SAPO's rule)."""
@@ -51,7 +51,7 @@ class IsReshapeOps(Protocol):
                      log_ratio_clamp: float = 20.0) -> dict[str, float]:
         """[T] each -> {gamma_mean, gamma_std, weight_mean, weight_max, sapo_weight_mean, ratio_mean,
         abs_adv_mean, kl}: masked means Σx·m/Σm (kl of −log r, clamped), gamma_std Bessel-corrected over
-        masked tokens (0.0 for one token), weight_max over masked tokens. An empty mask raises."""
+        masked tokens (0.0 for one token), weight_max over masked tokens. An empty mask raises (ISR-INPUT-1)."""
 
     def defaults(self) -> dict:
         """The defaults table as a dict (keys as in spec clauses ISR-DEFAULT-*)."""
@@ -69,7 +69,7 @@ class IsReshapeOps(Protocol):
           seq-mean-token-sum   mean over rows with Σ_t m > 0 of Σ_t l·m
           token-sum            Σ l·m
         Masked-out entries never contribute, whatever they hold (finite); rows with no token are
-        left out of the seq means. An all-zero mask raises (ISR-INPUT-1); an unknown mode raises."""
+        left out of the seq means. An all-zero mask raises (ISR-INPUT-1); an unknown mode raises (ISR-AGG-1)."""
 
 
 CONTRACT = IsReshapeOps

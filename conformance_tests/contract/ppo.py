@@ -21,7 +21,8 @@ class PpoOps(Protocol):
     def masked_logits(self, logits: Tensor, mask: Tensor) -> Tensor:
         """[B,A] float logits, [B,A] bool mask -> [B,A]: legal logits unchanged, illegal ones replaced
         by -1e9 (the dtype's most negative finite value where -1e9 does not fit, e.g. float16).
-        NaN/inf logits, a non-bool mask, mismatched shapes or a row with no legal action raise."""
+        NaN/inf logits (PPO-INPUT-1), a non-bool mask, mismatched shapes or a row with no legal action
+        (PPO-INPUT-2) raise."""
 
     def masked_distribution(self, logits: Tensor, mask: Tensor) -> torch.distributions.Categorical:
         """[B,A], [B,A] bool -> a ``torch.distributions.Categorical`` (or subclass) over the masked
@@ -31,7 +32,7 @@ class PpoOps(Protocol):
                        ) -> tuple[Tensor, Tensor]:
         """[B,A], [B,A] bool -> (action [B] int64, old_log_prob [B]): one draw per row from the masked
         policy, and its log-prob cached **detached** (no grad even when logits require grad). Must
-        never return an action illegal under its mask (raise instead)."""
+        never return an action illegal under its mask (PPO-MASK-2: raise instead)."""
 
     def evaluate_actions(self, logits: Tensor, mask: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         """[B,A], [B,A] bool, [B] int64 -> (new_log_prob [B], entropy [B]), both from one distribution
@@ -53,7 +54,7 @@ class PpoOps(Protocol):
 
     def clipped_policy_loss(self, ratio: Tensor, advantage: Tensor, *, clip_eps: float) -> Tensor:
         """[B], [B] -> scalar: −mean(min(r·A, clip(r, 1−ε, 1+ε)·A)); no gradient reaches ``advantage``
-        (PPO-GRAD-2). clip_eps outside (0, 1) raises."""
+        (PPO-GRAD-2). clip_eps outside (0, 1) raises (PPO-INPUT-4)."""
 
     def value_loss(self, values: Tensor, returns: Tensor) -> Tensor:
         """[B], [B] -> scalar: 0.5·mean((returns − values)²); no gradient reaches ``returns`` (PPO-GRAD-2)."""
@@ -67,13 +68,13 @@ class PpoOps(Protocol):
 
     def normalize_advantages(self, advantage: Tensor, *, eps: float = 1e-8, clamp: float | None = None) -> Tensor:
         """[N] -> [N]: (A − mean)/(std + eps) with the Bessel-corrected std (torch's ``.std()``), then
-        clamped to [−clamp, clamp] when clamp is given. Fewer than 2 samples or NaN raise."""
+        clamped to [−clamp, clamp] when clamp is given. Fewer than 2 samples or NaN raise (PPO-INPUT-4)."""
 
     def kl_early_stop(self, approx_kl: float | Tensor, *, target_kl: float = 0.015, factor: float = 2.0) -> bool:
         """True when approx_kl > factor·target_kl (strictly)."""
 
     def scale_reward(self, reward: Tensor, *, scale: float) -> Tensor:
-        """[...] -> [...]: clip(reward / scale, −1, 1). scale <= 0 raises."""
+        """[...] -> [...]: clip(reward / scale, −1, 1). scale <= 0 raises (PPO-INPUT-4)."""
 
     def clip_grad_norm(self, parameters: list[torch.nn.Parameter], *, max_norm: float) -> Tensor:
         """Scale the ``.grad`` of ``parameters`` in place so their global L2 norm is <= max_norm (up to

@@ -20,7 +20,7 @@ class SacOps(Protocol):
         """[B,A] float logits, [B,A] bool mask -> [B,A] probabilities: shift by the max over the legal
         logits, fill illegal logits with -1e9 (the dtype's most negative finite value where -1e9 does
         not fit), softmax, clamp to >= eps as given (raised only to the dtype's smallest normal where
-        eps would round to 0). NaN/inf logits or a row with no legal action raise."""
+        eps would round to 0). NaN/inf logits (SAC-INPUT-1) or a row with no legal action (SAC-INPUT-2) raise."""
 
     def legal_set(self, compliance: Tensor, *, eos_index: int, fallback: Tensor, min_legal: int = 3) -> Tensor:
         """[B,V] bool compliance -> [B,V] bool legal set: compliance ∪ {eos}; a row with fewer than
@@ -37,7 +37,7 @@ class SacOps(Protocol):
 
     def top_p_select(self, probs: Tensor, legal_mask: Tensor, *, p: float) -> Tensor:
         """[B,A] probs, [B,A] bool -> [B,A] bool, detached: the smallest legal set whose mass reaches
-        p (never empty). p outside (0, 1] raises."""
+        p (never empty). p outside (0, 1] raises (SAC-INPUT-3)."""
 
     def top_p_probs(self, probs: Tensor, selected: Tensor) -> Tensor:
         """[B,A] probs, [B,A] bool -> [B,A]: π restricted to the selection and renormalised."""
@@ -46,7 +46,7 @@ class SacOps(Protocol):
         """[B,A] each -> [B]: Σ over the Top-p set P of π_p (min(q1,q2) − α log π_p)."""
 
     def td_target(self, reward: Tensor, done: Tensor, next_value: Tensor, *, gamma: float) -> Tensor:
-        """[B] each (done bool or 0/1 float) -> [B]: r + γ(1−done)V. γ outside (0,1) raises."""
+        """[B] each (done bool or 0/1 float) -> [B]: r + γ(1−done)V. γ outside (0,1) raises (SAC-INPUT-4)."""
 
     def critic_loss(self, q1_taken: Tensor, q2_taken: Tensor, target: Tensor, *, delta: float = 1.0) -> Tensor:
         """[B] each -> scalar: mean over the batch of Huber(q1−y) + Huber(q2−y); no gradient into y."""

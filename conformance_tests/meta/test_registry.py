@@ -7,6 +7,7 @@ all four): declared, the clauses pass as deviations with the right entries; unde
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -147,6 +148,41 @@ def test_every_documented_output_names_a_clause_of_its_family():
                 assert 'OUTPUTS["' in getattr(contract.protocol(family), op).__doc__, f"{family}.{op}"
             for key, out in documented.items():
                 assert spec.clauses[out.clause].family == family, (family, op, key, out.clause)
+
+
+def _raising_sentences(doc: str) -> list[str]:
+    """The sentences of a docstring that say an input raises (not "descent raises α")."""
+    sentences = re.split(r"(?<=[.;])\s+", " ".join(doc.split()))
+    return [t for t in sentences if re.search(r"\braises?\b(?!\s+α)", t)]
+
+
+def test_every_error_a_contract_demands_names_the_clause_its_message_must_carry():
+    """With ``errors_name_clauses`` an error must name its clause, so the contract says which: a sentence
+    saying that some input raises names a clause of the operation's family."""
+    spec = default_spec()
+    for family in contract.FAMILIES:
+        for op in contract.op_names(family):
+            for sentence in _raising_sentences(getattr(contract.protocol(family), op).__doc__ or ""):
+                named = re.findall(r"\b[A-Z]+-[A-Z0-9]+-\d+\b", sentence)
+                assert named, f"{family}.{op}: {sentence!r} names no clause"
+                assert all(spec.clauses[c].family == family for c in named), (family, op, named)
+
+
+def test_a_signature_that_does_not_fit_points_at_the_contract_operation():
+    from conformance_tests.preflight import signature_problem
+
+    def td_target(reward, done):
+        return reward
+
+    msg = signature_problem("sac", "td_target", td_target)
+    path, line = re.search(r"\(the contract: (.+):(\d+)\)$", msg).groups()
+    assert path.endswith("contract/sac.py")
+    assert "def td_target" in open(path, encoding="utf-8").read().splitlines()[int(line) - 1]
+
+
+def test_the_raising_sentence_reader_tells_inputs_from_other_uses():
+    got = _raising_sentences("x -> y. An empty mask raises (ISR-INPUT-1). Descent raises α on a deficit; p < 0 raise.")
+    assert got == ["An empty mask raises (ISR-INPUT-1).", "p < 0 raise."]
 
 
 def test_a_convention_declared_for_a_clause_overrides_the_library_wide_one():

@@ -217,6 +217,22 @@ def test_pytest_impl_preflight_is_a_single_collection_error(tmp_path):
     assert proc.stdout.count("ERROR collecting") == 1 and "rlconform pre-flight" in proc.stdout  # not one per module
 
 
+@pytest.mark.parametrize("impl, meta_kept", [(f"{HERE}:empty_ppo_impl", False), ("reference_impl:make", True)])
+def test_pytest_with_another_impl_leaves_the_meta_tests_out_and_says_so(tmp_path, impl, meta_kept):
+    """The meta-tests check the suite and the bundled reference, whatever --impl says; some carry a clause
+    mark (test_sac_graph's SAC-STEP-1), so under another implementation they would report on the reference
+    as if it were that implementation."""
+    modules = ["conformance_tests.test_ppo_selftest", "conformance_tests.meta.test_sac_graph"]
+    proc = launch.run([sys.executable, "-m", "pytest", "--pyargs", *modules, "--collect-only", "-q",
+                       "-p", "no:cacheprovider", "--impl", impl],
+                      cwd=Path(__file__).resolve().parents[2], timeout=300, tmp=tmp_path)
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert any("test_ppo_selftest.py::" in i for i in ids), proc.stdout[-2000:]
+    assert any("meta/test_sac_graph.py::" in i for i in ids) == meta_kept, proc.stdout[-2000:]
+    assert ("meta-test(s) left out: they test the suite and the bundled reference, not --impl" in proc.stdout) \
+        == (not meta_kept)
+
+
 # ----------------------------------------------------------------------------- one audit with three defects
 @pytest.fixture(scope="module")
 def flawed(tmp_path_factory):
