@@ -234,11 +234,11 @@ def test_one_step_golden(ccapo):
     assert_close(policy.z.detach(), [0.5, -0.5], CLAUSE, what="logits after one step")
 
 
-@pytest.mark.clause(CLAUSE)
+@pytest.mark.clause("CCAPO-INPUT-3")  # a bad-input check: the input clause (SHOULD), not the update's MUST rule
 def test_rejects_a_batch_without_the_cached_log_probs(ccapo):
     g = torch.Generator().manual_seed(0)
     batch = _batch(g)
     del batch["logp_old"]
     policy = on_device(SharedPolicy(g))
-    assert_rejects(CLAUSE, ccapo.raw("ccapo_update"), policy, copy.deepcopy(policy),
+    assert_rejects(("CCAPO-INPUT-3", CLAUSE), ccapo.raw("ccapo_update"), policy, copy.deepcopy(policy),
                    torch.optim.SGD(policy.parameters(), lr=0.1), batch, epochs=1, minibatch_size=4)

@@ -48,9 +48,16 @@ def _np_top_p_bounds(p_row, m_row, p, band=0.0):
     return ranked, int((before < p - band).sum()), int((before < p + band).sum())
 
 
-def _rounding_band(pn):
-    """How far a float64 prefix mass of a row may sit from its exact value."""
-    return pn.shape[-1] * 2.0**-51
+def _rounding_band(pn, dtype=torch.float64):
+    """SAC-TOPP-1's |A| units of rounding: how far a prefix mass summed in ``dtype`` (the probabilities'
+    dtype, which an implementation may sum in) may sit from its exact value, for masses up to 2."""
+    return pn.shape[-1] * 2.0 * torch.finfo(dtype).eps
+
+
+def _exact_sum_band(probs, pn):
+    """The band of rows built so that float64 sums are exact (dyadic, or float32 values >= 2^-27): none
+    for float64 rows, which an implementation sums in float64; float32 rows may be summed in float32."""
+    return 0.0 if probs.dtype == torch.float64 else _rounding_band(pn, probs.dtype)
 
 
 def _check_top_p_set(sel, pn, mn, p, band=0.0):
@@ -68,18 +75,27 @@ def _check_top_p_set(sel, pn, mn, p, band=0.0):
                     f"the first {lo}..{hi} legal actions by decreasing pi, ties by lower id (p={p!r})")
 
 
-def _np_top_p_value(pn, q1, q2, mn, alpha, p):
+def _np_top_p_row(p_row, q1, q2, ids, alpha):
+    """SAC-TOPP-3 on one row's set ``ids``: the value and its gradients in π and in the twin minimum."""
+    z = p_row[ids].sum()
+    pp, qm = p_row[ids] / z, np.minimum(q1[ids], q2[ids])
+    value = float(np.sum(pp * (qm - alpha * np.log(pp))))
+    d_pi, d_q = np.zeros_like(p_row), np.zeros_like(p_row)
+    d_pi[ids], d_q[ids] = (qm - alpha * np.log(pp) - value) / z, pp
+    return value, d_pi, d_q
+
+
+def _np_top_p_value(pn, q1, q2, mn, alpha, p, band=0.0, got=None):
     """SAC-TOPP-3 oracle per row: brute-force set, renormalise, Σ π_p (min q − α log π_p); also the
-    gradients dV/dπ = (q − α log π_p − V)/Z and dV/dq_min = π_p on the set (0 elsewhere)."""
+    gradients dV/dπ = (q − α log π_p − V)/Z and dV/dq_min = π_p on the set (0 elsewhere). Where ``band``
+    lets a row's set take several sizes (sums that are not exact), the size whose value is nearest
+    ``got`` (the implementation's values) is the one compared."""
     value, d_pi, d_q = np.zeros(pn.shape[0]), np.zeros_like(pn), np.zeros_like(pn)
     for b in range(pn.shape[0]):
-        ranked, k, _ = _np_top_p_bounds(pn[b], mn[b], p)
-        ids = ranked[:k]
-        z = pn[b, ids].sum()
-        pp, qm = pn[b, ids] / z, np.minimum(q1[b, ids], q2[b, ids])
-        value[b] = float(np.sum(pp * (qm - alpha * np.log(pp))))
-        d_pi[b, ids] = (qm - alpha * np.log(pp) - value[b]) / z
-        d_q[b, ids] = pp
+        ranked, lo, hi = _np_top_p_bounds(pn[b], mn[b], p, band)
+        options = [_np_top_p_row(pn[b], q1[b], q2[b], ranked[:k], alpha) for k in range(max(lo, 1), max(hi, 1) + 1)]
+        best = min(options, key=lambda o: abs(o[0] - got[b])) if got is not None else options[0]
+        value[b], d_pi[b], d_q[b] = best
     return value, d_pi, d_q
 
 
@@ -117,7 +133,7 @@ def test_soft_value_golden(sac):
 def test_top_p_is_the_smallest_legal_set_reaching_p(sac, pm, p):
     probs, mask = pm
     pn, mn = np_(probs), np_(mask)
-    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p, band=_rounding_band(pn))
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p, band=_rounding_band(pn, probs.dtype))
 
 
 @pytest.mark.clause("SAC-TOPP-1")
@@ -127,7 +143,8 @@ def test_top_p_boundaries_exact_hits_ties_and_degenerate_rows(sac, case):
     just off it, 1, or anywhere; flat, peaked, tied (> 256 ties on wide rows), one-legal and short
     rows, mixed in one batch, up to 6144 actions."""
     probs, mask, p = case
-    _check_top_p_set(sac.top_p_select(probs, mask, p=p), np_(probs).astype(np.float64), np_(mask), p)
+    pn = np_(probs).astype(np.float64)
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, np_(mask), p, band=_exact_sum_band(probs, pn))
 
 
 def _vocabulary_rows(g: np.random.Generator, B: int, A: int = 600):
@@ -153,7 +170,7 @@ def vocabulary_policies(draw):
 def test_top_p_over_a_large_vocabulary(sac, pm, p):
     probs, mask = pm
     pn, mn = np_(probs), np_(mask)
-    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p, band=_rounding_band(pn))
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, mn, p, band=_rounding_band(pn, probs.dtype))
 
 
 # Rows are independent: a row's Top-p set and soft value cannot depend on the rows beside it or on how many
@@ -172,7 +189,7 @@ def _template_rows():
 def test_top_p_rows_do_not_depend_on_the_batch_around_them(sac):
     probs, mask, _, _, which = _template_rows()
     alone = np_(sac.top_p_select(probs, mask, p=0.98)).astype(bool)
-    _check_top_p_set(alone, np_(probs), np_(mask), 0.98, band=_rounding_band(np_(probs)))
+    _check_top_p_set(alone, np_(probs), np_(mask), 0.98, band=_rounding_band(np_(probs), probs.dtype))
     in_batch = np_(sac.top_p_select(probs[which], mask[which], p=0.98)).astype(bool)
     assert_equal(in_batch, alone[np_(which)], "SAC-TOPP-1",
                  "each of 2,400 rows selects what its template selects alone")
@@ -288,7 +305,8 @@ def test_top_p_soft_value_and_gradient_match_the_loop(sac, case):
     probs, q1, q2 = (t.clone().requires_grad_(True) for t in (probs, q1, q2))
     got = sac.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=p)
     pn, q1n, q2n = (np_(t).astype(np.float64) for t in (probs, q1, q2))
-    value, d_pi, d_q = _np_top_p_value(pn, q1n, q2n, np_(mask), alpha, p)
+    value, d_pi, d_q = _np_top_p_value(pn, q1n, q2n, np_(mask), alpha, p, band=_exact_sum_band(probs, pn),
+                                       got=np_(got.detach()).astype(np.float64))
     scale = _value_scale(q1, q2, alpha, pn.shape[-1])
     assert_close(got.detach() / scale, value / scale, "SAC-TOPP-3", what="value / scale")
     got.sum().backward()

@@ -198,14 +198,14 @@ def test_legal_set_golden(sac):
     assert_equal(got, [[False, True, True, False, True], [True, True, False, True, True]], "SAC-LEGAL-2")
 
 
-# The <eos> index must lie in [0, V): index V is rejected as bad input, not left to fail on indexing with an
-# error that names no clause.
-@pytest.mark.clause("SAC-LEGAL-1")
+# The <eos> index must lie in [0, V) (SAC-INPUT-2): index V is rejected as bad input, not left to fail on
+# indexing with an error that names no clause, and -1 is not read as "the last id".
+@pytest.mark.clause("SAC-INPUT-2")
 @pytest.mark.parametrize("eos_index", [-1, 5, 6])
 def test_legal_set_rejects_an_eos_index_outside_the_vocabulary(sac, eos_index):
 
     comp = torch.tensor([[True, False, True, True, False], [False, False, False, False, True]])
-    assert_rejects("SAC-LEGAL-1", sac.raw("legal_set"), comp, eos_index=eos_index, fallback=torch.ones(5, dtype=torch.bool))
+    assert_rejects(("SAC-INPUT-2", "SAC-LEGAL-1"), sac.raw("legal_set"), comp, eos_index=eos_index, fallback=torch.ones(5, dtype=torch.bool))
 
 
 # ----------------------------------------------------------------------------- entropy

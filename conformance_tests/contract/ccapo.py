@@ -35,11 +35,13 @@ class CcapoOps(Protocol):
         """Raw action text -> abstract fingerprint ``VERB(arg, ...)`` with instance numbers,
         coordinates and element ids dropped. ``domain`` picks a registered fingerprinter
         ("alfworld", "gui"); the GUI one resolves an element id through ``labels`` (id -> label).
-        An unknown domain or an id missing from ``labels`` raises (CCAPO-INPUT-4)."""
+        An unknown domain, a GUI action without an element id or with one missing from ``labels`` raises
+        (CCAPO-INPUT-4)."""
 
     def abstract_location(self, raw_location: str, *, domain: str) -> str:
         """Coarse location of a state: the room (alfworld), the activity name (android), or
-        host + URL path without scheme, query and fragment (web)."""
+        host + URL path without scheme, query and fragment (web; a trailing slash may be kept or
+        stripped, the case of the path is kept)."""
 
     def anchor(self, location: str, prev_fingerprint: str | None) -> tuple[str, str]:
         """(Abstract_Loc(sₜ), Fingerprint(aₜ₋₁)); at t = 0 (``None``) the previous action is
@@ -130,7 +132,7 @@ class CcapoOps(Protocol):
         actions (π_ref frozen: no gradient), clips the policy's global gradient norm at
         ``max_grad_norm`` and steps (CCAPO-UPDATE-1). Returns one dict per minibatch: float loss,
         loss_clip, loss_kl, kl_ref, approx_kl, clip_fraction, grad_norm (the policy's gradient norm before
-        clipping), int epoch, minibatch."""
+        clipping), int epoch, minibatch. A batch without one of these fields raises (CCAPO-INPUT-3)."""
 
 
 # The result dict of the policy loss, by key: each key's clause, what it holds, whether it is required.

@@ -19,7 +19,8 @@ class IsReshapeOps(Protocol):
 
     def reward_gamma(self, advantages: Tensor, *, beta: float = 1.0, gamma_min: float = 0.0,
                      gamma_max: float = 1.0) -> Tensor:
-        """[T] A -> [T] γ = γ_min + (γ_max − γ_min)·σ(β|A|). β < 0 (ISR-INPUT-3) or γ bounds outside 0 ≤ γ_min ≤ γ_max ≤ 1 (ISR-INPUT-4) raise."""
+        """[T] A -> [T] γ = γ_min + (γ_max − γ_min)·σ(β|A|). β < 0 (ISR-INPUT-3) or γ bounds outside
+        0 ≤ γ_min ≤ γ_max ≤ 1 (ISR-INPUT-4) raise."""
 
     def sapo_weight(self, ratio: Tensor, *, tau: float = 1.0) -> Tensor:
         """[T] r -> [T] r·sech²(τ(r−1)/2). τ ≤ 0 raises (ISR-INPUT-3)."""

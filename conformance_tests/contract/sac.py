@@ -24,7 +24,8 @@ class SacOps(Protocol):
 
     def legal_set(self, compliance: Tensor, *, eos_index: int, fallback: Tensor, min_legal: int = 3) -> Tensor:
         """[B,V] bool compliance -> [B,V] bool legal set: compliance ∪ {eos}; a row with fewer than
-        ``min_legal`` legal actions becomes ``fallback`` ([V] or [B,V] bool whitelist) ∪ {eos}."""
+        ``min_legal`` legal actions becomes ``fallback`` ([V] or [B,V] bool whitelist) ∪ {eos}. An
+        ``eos_index`` outside [0, V) raises (SAC-INPUT-2); -1 is not "the last id"."""
 
     def target_entropy(self, legal_mask: Tensor, *, kappa: float = 0.9) -> Tensor:
         """[B,A] bool -> [B] float: κ·log|A(s)| in nats."""
@@ -49,7 +50,8 @@ class SacOps(Protocol):
         """[B] each (done bool or 0/1 float) -> [B]: r + γ(1−done)V. γ outside (0,1) raises (SAC-INPUT-4)."""
 
     def critic_loss(self, q1_taken: Tensor, q2_taken: Tensor, target: Tensor, *, delta: float = 1.0) -> Tensor:
-        """[B] each -> scalar: mean over the batch of Huber(q1−y) + Huber(q2−y); no gradient into y."""
+        """[B] each -> scalar: mean over the batch of Huber(q1−y) + Huber(q2−y); no gradient into y.
+        Mismatched shapes raise (SAC-INPUT-2)."""
 
     def policy_loss(self, probs: Tensor, q1: Tensor, q2: Tensor, legal_mask: Tensor, *, alpha: float) -> Tensor:
         """[B,A] each -> scalar: mean over the batch of Σ over legal actions of π (α log π − min(q1,q2))."""
@@ -155,7 +157,8 @@ class SacOps(Protocol):
 
     def nce_queue_push(self, queue: Tensor, keys: Tensor, *, capacity: int) -> Tensor:
         """[K,d] queued negatives, [n,d] new keys -> [min(K+n, capacity), d]: first in, first out (the
-        oldest rows leave first, newest last), detached (SAC-NCE-4)."""
+        oldest rows leave first, newest last), detached (SAC-NCE-4). Keys that do not fit the queue's
+        shape raise (SAC-INPUT-2)."""
 
     # ------------------------------------------------------------------ logits entry points
     # The same quantities from raw logits and a bool legal mask, for libraries that never expose

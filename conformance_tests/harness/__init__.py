@@ -41,7 +41,7 @@ from conformance_tests.harness.proxy import (
 )
 from conformance_tests.harness.assertions import (
     assert_close, assert_dtype, assert_low_precision, assert_no_grad, grad_of, assert_no_grad_into, grad_leaves,
-    assert_equal, assert_that, assert_rejects, no_grad_leak, finite_difference, one_sided_difference,
+    assert_equal, assert_that, assert_rejects, clause_ids_in, no_grad_leak, finite_difference, one_sided_difference,
 )
 from conformance_tests.harness.convention_oracles import (
     np_standardise, np_approx_kl, np_clip_fraction, np_critic_penalty, critic_delta, log_ratio_clamp,
@@ -62,7 +62,7 @@ __all__ = [
     "plain", "plain_text", "fail",
     "call_op", "contract_return", "suite_side_error", "evidence_in_train_dtype", "FamilyProxy",
     "assert_close", "assert_dtype", "assert_low_precision", "assert_no_grad", "grad_of", "assert_no_grad_into",
-    "grad_leaves", "assert_equal", "assert_that", "assert_rejects", "no_grad_leak", "finite_difference",
+    "grad_leaves", "assert_equal", "assert_that", "assert_rejects", "clause_ids_in", "no_grad_leak", "finite_difference",
     "one_sided_difference",
     "np_standardise", "np_approx_kl", "np_clip_fraction", "np_critic_penalty", "critic_delta", "log_ratio_clamp",
     "temperature_loss_scale", "np_temperature_loss",

@@ -180,6 +180,43 @@ def test_a_signature_that_does_not_fit_points_at_the_contract_operation():
     assert "def td_target" in open(path, encoding="utf-8").read().splitlines()[int(line) - 1]
 
 
+def _rejection_clauses(path) -> list[tuple[int, str]]:
+    """(line, clause) for each ``assert_rejects`` call of a test module: the clause its failure is filed
+    under (the first of a tuple; a module-level name such as ``CLAUSE`` resolved)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+             and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "assert_rejects" and node.args:
+            first = node.args[0]
+            first = first.elts[0] if isinstance(first, ast.Tuple) else first
+            clause = first.value if isinstance(first, ast.Constant) else names.get(getattr(first, "id", None))
+            out.append((node.lineno, clause))
+    return out
+
+
+def test_a_rejected_input_is_filed_under_a_clause_that_asks_for_the_error():
+    """A bad-input check fails the clause it is filed under: that clause must be an input clause, or one
+    whose own text makes the input an error (or a declared convention may). Filed under a formula that
+    says nothing of errors, a SHOULD input check would fail a MUST clause."""
+    from pathlib import Path
+
+    spec = default_spec()
+    root = Path(contract.__file__).resolve().parents[1]
+    seen = 0
+    for path in sorted(root.glob("test_*.py")):
+        for line, clause in _rejection_clauses(path):
+            seen += 1
+            assert clause in spec.clauses, f"{path.name}:{line}: {clause!r} is not a clause"
+            c = spec.clauses[clause]
+            asks = c.kind == "input" or re.search(r"\b(rais|error|reject)", c.statement) or c.conventions
+            assert asks, f"{path.name}:{line}: {clause} ({c.level} {c.kind}) says nothing of rejecting input"
+    assert seen > 40  # the scan found the suite's rejections
+
+
 def test_the_raising_sentence_reader_tells_inputs_from_other_uses():
     got = _raising_sentences("x -> y. An empty mask raises (ISR-INPUT-1). Descent raises α on a deficit; p < 0 raise.")
     assert got == ["An empty mask raises (ISR-INPUT-1).", "p < 0 raise."]
