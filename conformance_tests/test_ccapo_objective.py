@@ -20,6 +20,8 @@ from conformance_tests.harness import (
     convention,
     finite_difference,
     grad_leaves,
+    host,
+    np_approx_kl,
     np_clip_fraction,
     one_sided_difference,
     reported,
@@ -213,6 +215,27 @@ def test_approx_kl_is_the_exact_kl_on_a_batch_in_the_old_policys_proportions(cca
                             clip_eps=0.2, beta_kl=0.04)
     assert_close(reported(out, "approx_kl", "ccapo.policy_loss"), float(np.mean(kls)), "CCAPO-PPO-1", dtype=F64,
                  what="approx_kl where the batch holds the old policy's proportions exactly (KL(old||new))")
+
+
+# The diagnostics are over real steps: padded steps hold ratios that would move both (far outside the clip
+# range). Each trajectory has the same real steps, one ratio inside the range and one outside, so a flat
+# mean over real steps and a per-trajectory mean agree, under either estimator and either clip convention.
+@pytest.mark.clause("CCAPO-PPO-1")
+@pytest.mark.parametrize("key", ["approx_kl", "clip_fraction"])
+def test_diagnostics_leave_the_padded_steps_out(ccapo, key):
+    real = [math.log(1.05), math.log(1.6)]  # log-ratios: inside and outside [0.8, 1.2]
+    new = torch.tensor([real + [math.log(3.0), math.log(0.2)], real + [math.log(4.0), math.log(2.5)]], dtype=F64)
+    old = torch.zeros_like(new)
+    adv = torch.ones_like(new)  # A > 0: the outside ratio is clipped by min() too (both clip conventions)
+    mask = torch.tensor([[True, True, False, False]] * 2)
+    out = ccapo.policy_loss(new, old, new, adv, mask, clip_eps=0.2, beta_kl=0.04)
+    nr, orr, got = np.array(real), np.zeros(2), reported(out, key, "ccapo.policy_loss")
+    if key == "approx_kl":  # the output allows k1 or k3: the one nearer the reported value is compared
+        want = min((np_approx_kl(orr, nr, est) for est in ("k1", "k3")), key=lambda w: abs(w - float(host(got))))
+    else:
+        want = np_clip_fraction(np.exp(nr), 0.2, convention("clip_fraction"), np.ones(2))
+    assert_close(got, want, "CCAPO-PPO-1", dtype=F64,
+                 what=f"{key} over the real steps only (padding holds ratios 3, 0.2, 4, 2.5)")
 
 
 # A ratio exactly on the edge of [1 - eps, 1 + eps] is inside it: clipped means |r - 1| > eps, strictly.

@@ -75,11 +75,11 @@ def test_lookup_uses_smoothed_conditional_importance(ccapo, n_total):
 
 # ---------------------------------------------------------------------------------------- C(E)
 @pytest.mark.clause("CCAPO-C-1")
-@given(st_.ccapo_edge_counts(), st_.ccapo_global_counts())
-def test_criticality_formula(ccapo, counts, glob):
+@given(st_.ccapo_edge_counts(), st_.ccapo_global_counts(), st.one_of(st.just(EPS), st.floats(1e-6, 0.5)))
+def test_criticality_formula(ccapo, counts, glob, eps):
     ns, nt = counts
-    got = ccapo.criticality(ns, nt, float(glob[0]), float(glob[1]))
-    assert_close(got, np_criticality(ns.numpy(), nt.numpy(), *glob), "CCAPO-C-1")
+    got = ccapo.criticality(ns, nt, float(glob[0]), float(glob[1]), eps=eps)
+    assert_close(got, np_criticality(ns.numpy(), nt.numpy(), *glob, eps=eps), "CCAPO-C-1", what=f"eps {eps}")
 
 
 @pytest.mark.clause("CCAPO-C-1")
@@ -169,6 +169,7 @@ def test_score_steps_golden(ccapo):
 @pytest.mark.clause("CCAPO-STDB-5")
 @given(st_.ccapo_edge_counts(max_len=4), st.data())
 def test_score_steps_matches_formula(ccapo, counts, data):
+    """At the document's values or at drawn ones: the scoring keywords are the caller's."""
     ns, nt = counts
     n = len(ns)
     keys = [(f"loc{k}", "<START>", f"A{k}") for k in range(n)]
@@ -178,11 +179,16 @@ def test_score_steps_matches_formula(ccapo, counts, data):
     stats = {"edges": {k: {"n_total": int(t), "n_succ": int(s), "d_sum": ds}
                        for k, t, s, ds in zip(keys, nt.tolist(), ns.tolist(), dsum)},
              "anchors": {}, "n_succ_total": gs, "n_total_global": gt}
-    got = ccapo.score_steps(stats, [k[:2] for k in keys], [k[2] for k in keys])
+    hp = data.draw(st.one_of(st.just(dict(alpha_smooth=1.0, distance_exponent=0.5, lam=1.0, eps=EPS)),
+                             st.fixed_dictionaries(dict(alpha_smooth=st.floats(0.1, 5.0),
+                                                        distance_exponent=st.floats(0.0, 2.0),
+                                                        lam=st.floats(0.0, 3.0), eps=st.floats(1e-8, 0.5)))))
+    got = ccapo.score_steps(stats, [k[:2] for k in keys], [k[2] for k in keys], **hp)
     nsn, ntn = ns.numpy().astype(float), nt.numpy().astype(float)
     dg = np.where(nsn > 0, np.array(dsum) / np.maximum(nsn, 1), 0.0)
-    want = np_q(np_importance(nsn, ntn), np_criticality(nsn, ntn, gs, gt), (dg + 1) ** -0.5)
-    assert_close(got["q"], want, "CCAPO-STDB-5")
+    want = np_q(np_importance(nsn, ntn, hp["alpha_smooth"]), np_criticality(nsn, ntn, gs, gt, eps=hp["eps"]),
+                (dg + 1) ** -hp["distance_exponent"], lam=hp["lam"])
+    assert_close(got["q"], want, "CCAPO-STDB-5", what=f"under {hp}")
 
 
 # ---------------------------------------------------------------------------------------- bad input

@@ -10,6 +10,7 @@ import math
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
 from conformance_tests.harness import (
@@ -23,23 +24,26 @@ EMPTY = {"edges": {}, "anchors": {}, "n_succ_total": 0, "n_total_global": 0}
 EPS = 1e-8
 
 
-def _feed(ccapo, stream):
+DEFAULT_HP = dict(v_rate=0.1, alpha_smooth=1.0, distance_exponent=0.5, lam=1.0, eps=EPS)
+
+
+def _feed(ccapo, stream, **hp):
     stats = copy.deepcopy(EMPTY)
     for tr in stream:
-        stats = ccapo.stdb_update(stats, tr)
+        stats = ccapo.stdb_update(stats, tr, **hp)
     return stats
 
 
-def _q(ns, nt, d_sum, gs, gt):
-    """Q_STDB from counts with the defaults (independent of the implementation)."""
-    i = (ns + 1.0) / (nt + 2.0)
-    c = (ns / (nt + EPS)) / (gs / (gt + EPS) + EPS)
+def _q(ns, nt, d_sum, gs, gt, *, alpha_smooth=1.0, distance_exponent=0.5, lam=1.0, eps=EPS):
+    """Q_STDB from counts (independent of the implementation); the defaults are the document's."""
+    i = (ns + alpha_smooth) / (nt + 2.0 * alpha_smooth)
+    c = (ns / (nt + eps)) / (gs / (gt + eps) + eps)
     d = (d_sum / ns if ns > 0 else 0.0) + 1.0
-    x = i * (1 + c) * d ** -0.5
+    x = i * (1 + lam * c) * d ** -distance_exponent
     return x / (1 + x)
 
 
-def replay(stream, eta=0.1):
+def replay(stream, eta=0.1, **q_hp):
     """Brute-force oracle: counts by set membership per trajectory, V-bar by an explicit EMA replay."""
     edges, anchors, gs, gt = {}, {}, 0, 0
     for tr in stream:
@@ -60,7 +64,7 @@ def replay(stream, eta=0.1):
                 e[2] += T - 1 - last
         if ok:
             for k in order:
-                q = _q(edges[k][1], edges[k][0], edges[k][2], gs, gt)
+                q = _q(edges[k][1], edges[k][0], edges[k][2], gs, gt, **q_hp)
                 u = k[:2]
                 anchors[u] = q if u not in anchors else (1 - eta) * anchors[u] + eta * q
     return edges, anchors, gs, gt
@@ -109,14 +113,26 @@ def test_failure_leaves_n_succ(ccapo):
     assert_equal([e["n_succ"], e["n_total"], two["n_succ_total"]], [1, 2, 1], "CCAPO-STDB-2")
 
 
+@st.composite
+def stdb_hyper_parameters(draw):
+    """The document's values, or every keyword drawn: a fold that scores with its defaults whatever it is
+    passed gives other V-bars."""
+    if draw(st.booleans()):
+        return dict(DEFAULT_HP)
+    return dict(v_rate=draw(st.floats(0.05, 1.0)), alpha_smooth=draw(st.floats(0.1, 5.0)),
+                distance_exponent=draw(st.floats(0.0, 2.0)), lam=draw(st.floats(0.0, 3.0)),
+                eps=draw(st.floats(1e-8, 0.5)))
+
+
 @pytest.mark.clause("CCAPO-STDB-3")
-@given(st_.ccapo_streams())
-def test_v_bar_is_moving_average_of_successes(ccapo, stream):
-    got = _feed(ccapo, stream)
-    _, anchors, _, _ = replay(stream)
+@given(st_.ccapo_streams(), stdb_hyper_parameters())
+def test_v_bar_is_moving_average_of_successes(ccapo, stream, hp):
+    got = _feed(ccapo, stream, **hp)
+    q_hp = {k: v for k, v in hp.items() if k != "v_rate"}
+    _, anchors, _, _ = replay(stream, eta=hp["v_rate"], **q_hp)
     assert_equal(sorted(got["anchors"]), sorted(anchors), "CCAPO-STDB-3", "anchors with a V-bar")
     for u, v in anchors.items():
-        assert_close(got["anchors"][u]["v_bar"], v, "CCAPO-STDB-3", what=f"V-bar{u}")
+        assert_close(got["anchors"][u]["v_bar"], v, "CCAPO-STDB-3", what=f"V-bar{u} under {hp}")
 
 
 @pytest.mark.clause("CCAPO-STDB-3")

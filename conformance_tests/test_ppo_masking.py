@@ -23,6 +23,7 @@ from conformance_tests.harness import (
     declares,
     generator,
     host,
+    not_applicable,
     on_device,
     slack,
     to_numpy,
@@ -87,6 +88,22 @@ def test_masked_distribution_golden(ppo):
     mask = torch.tensor([[True, False, True]])
     e2 = math.exp(2.0)
     assert_close(ppo.masked_distribution(z, mask).probs, [[1 / (1 + e2), 0.0, e2 / (1 + e2)]], "PPO-MASK-1")
+
+
+# Legal logits far below an illegal one: a fill that is only "very negative" (-1e4, a common hand-written
+# choice) sits above them and takes the mass; the spec's -1e9 (or -inf) never does at any logit a network
+# emits in float32 or float64.
+@pytest.mark.clause("PPO-MASK-1")
+@pytest.mark.parametrize("scale", [3e4, 1e6])
+def test_masked_distribution_ignores_an_illegal_logit_far_above_the_legal_ones(ppo, scale):
+    dt = working_dtype()
+    if torch.finfo(dt).max < 1e9:
+        not_applicable(f"{dt} cannot hold the -1e9 fill below logits of -{scale:g}")
+    z = torch.tensor([[-scale, -scale + 1.0, 0.0]], dtype=dt)
+    mask = torch.tensor([[True, True, False]])
+    e = math.e
+    assert_close(ppo.masked_distribution(z, mask).probs, [[1 / (1 + e), e / (1 + e), 0.0]], "PPO-MASK-1",
+                 what=f"legal logits at -{scale:g}, the illegal one at 0")
 
 
 # ----------------------------------------------------------------------------- PPO-MASK-2

@@ -26,6 +26,7 @@ from conformance_tests.harness import (
     grad_leaves,
     not_applicable,
     np_critic_penalty,
+    pin,
     pin_value,
     temperature_loss_scale,
     slack,
@@ -249,12 +250,15 @@ def test_alpha_clamp_golden(sac):
 
 
 @pytest.mark.clause("SAC-TEMP-3")
-@given(st.floats(-30.0, 30.0))
-def test_clamp_log_alpha_keeps_alpha_in_range(sac, log_alpha):
+@given(st.floats(-30.0, 30.0), st.floats(1e-6, 1.0), st.floats(1.0, 20.0))
+def test_clamp_log_alpha_keeps_alpha_in_range(sac, log_alpha, alpha_min, alpha_max):
+    """The range is the caller's: bounds are drawn, so a clamp to the default range whatever the arguments
+    fails."""
     if convention("alpha_clamp") == "none":
         not_applicable("alpha_clamp none: the implementation never clamps alpha")
-    got = sac.clamp_log_alpha(torch.tensor(log_alpha, dtype=torch.float64))
-    assert_close(got, min(max(log_alpha, math.log(1e-4)), math.log(2.0)), "SAC-TEMP-3")
+    kw = pin("sac.clamp_log_alpha", {"alpha_min": alpha_min, "alpha_max": alpha_max})
+    got = sac.clamp_log_alpha(torch.tensor(log_alpha, dtype=torch.float64), **kw)
+    assert_close(got, min(max(log_alpha, math.log(kw["alpha_min"])), math.log(kw["alpha_max"])), "SAC-TEMP-3")
 
 
 @pytest.mark.clause("SAC-DEFAULT-3", "SAC-TEMP-3")

@@ -173,14 +173,15 @@ def compliance_rows(draw):
 
 
 @pytest.mark.clause("SAC-LEGAL-1", "SAC-LEGAL-2")
-@given(compliance_rows())
-def test_legal_set_adds_eos_and_falls_back_when_too_strict(sac, case):
+@given(compliance_rows(), st.integers(1, 6))
+def test_legal_set_adds_eos_and_falls_back_when_too_strict(sac, case, min_legal):
+    """The threshold is the caller's min_legal (drawn; the document's 3, the default, has the golden test)."""
     comp, eos, fallback = case
-    got = sac.legal_set(comp, eos_index=eos, fallback=fallback)
+    got = sac.legal_set(comp, eos_index=eos, fallback=fallback, min_legal=min_legal)
     for b in range(comp.shape[0]):
         row = comp[b].clone()
         row[eos] = True
-        if int(row.sum()) < 3:
+        if int(row.sum()) < min_legal:
             row = fallback.clone()
             row[eos] = True
             clause = "SAC-LEGAL-2"

@@ -52,18 +52,20 @@ def test_ema_update_golden(sac):
 
 # ----------------------------------------------------------------------------- PopArt
 @pytest.mark.clause("SAC-POPART-1", "SAC-POPART-2")
-@given(st.lists(st.floats(-50, 50), min_size=1, max_size=30), st.floats(1e-4, 0.5))
-def test_popart_sequence_matches_scalar_loop(sac, xs, beta):
+@given(st.lists(st.floats(-50, 50), min_size=1, max_size=30), st.floats(1e-4, 0.5),
+       st.one_of(st.just(1e-8), st.floats(1e-3, 2.0)))
+def test_popart_sequence_matches_scalar_loop(sac, xs, beta, eps):
+    """ε is drawn too (up to 2, where it moves the normalised value): the guard is the caller's."""
     mu = torch.tensor(0.0, dtype=torch.float64)
     var = torch.tensor(1.0, dtype=torch.float64)
     m, v = 0.0, 1.0  # oracle: plain floats, step by step
     for x in xs:
-        norm, mu, var = sac.popart_step(mu, var, torch.tensor(x, dtype=torch.float64), beta=beta)
+        norm, mu, var = sac.popart_step(mu, var, torch.tensor(x, dtype=torch.float64), beta=beta, eps=eps)
         m = (1 - beta) * m + beta * x
         v = (1 - beta) * v + beta * (x - m) ** 2
         assert_close(mu, m, "SAC-POPART-1", what="running mean")
         assert_close(var, v, "SAC-POPART-1", what="running variance (uses the new mean)")
-        assert_close(norm, (x - m) / (math.sqrt(v) + 1e-8), "SAC-POPART-2")
+        assert_close(norm, (x - m) / (math.sqrt(v) + eps), "SAC-POPART-2", what=f"normalised value, eps {eps}")
 
 
 @pytest.mark.clause("SAC-POPART-1")
@@ -247,6 +249,22 @@ def test_illegal_action_with_hard_boundary_ends_episode_at_minus_lambda_ill(sac,
     expected = np.where(np_(ill).astype(bool), -2.0, legal_r)
     assert_close(r, expected, "SAC-REWARD-2")
     assert_equal(np_(done).astype(bool), np_(ill).astype(bool), "SAC-REWARD-2", "done exactly on illegal steps")
+
+
+# The weights are the caller's: drawn, so a reward that keeps its defaults whatever it is passed fails.
+@pytest.mark.clause("SAC-REWARD-1", "SAC-REWARD-2")
+@given(reward_terms(), st.tuples(*(st.floats(0.0, 3.0) for _ in range(4))), st.booleans())
+def test_step_reward_uses_the_weights_it_is_given(sac, terms, lams, illegal_done):
+    cov, nce, gar, ill = terms
+    lam_cov, lam_nce, lam_gar, lam_ill = lams
+    r, done = sac.step_reward(cov, nce, gar, ill, lam_cov=lam_cov, lam_nce=lam_nce, lam_gar=lam_gar, lam_ill=lam_ill,
+                              illegal_done=illegal_done)
+    bad = np_(ill).astype(bool)
+    legal_r = lam_cov * np_(cov) + lam_nce * np_(nce) - lam_gar * np_(gar)
+    expected = np.where(bad, -lam_ill, legal_r) if illegal_done else legal_r - lam_ill * bad
+    clause = "SAC-REWARD-2" if illegal_done else "SAC-REWARD-1"
+    assert_close(r, expected, clause, what=f"weights {lams}, illegal_done={illegal_done}")
+    assert_equal(np_(done).astype(bool), bad & illegal_done, clause, "done exactly on illegal steps, when asked")
 
 
 @pytest.mark.clause("SAC-REWARD-1", "SAC-REWARD-2")

@@ -41,6 +41,14 @@ def test_teacher_ratio_anneals_linearly_then_holds(sac, s1, s2, horizon):
 
 
 @pytest.mark.clause("SAC-DAGGER-1")
+@given(st.integers(0, 400_000), st.floats(0.5, 1.0), st.floats(0.0, 0.5), st.integers(1, 300_000))
+def test_teacher_ratio_anneals_between_the_endpoints_it_is_given(sac, step, start, end, horizon):
+    got = sac.dagger_teacher_ratio(step, start=start, end=end, horizon=horizon)
+    assert_close(float(got), start + (end - start) * min(step / horizon, 1.0), "SAC-DAGGER-1",
+                 what=f"start {start}, end {end}, horizon {horizon}")
+
+
+@pytest.mark.clause("SAC-DAGGER-1")
 def test_teacher_ratio_golden(sac):
     got = [sac.dagger_teacher_ratio(s) for s in (0, 100_000, 200_000, 400_000)]
     assert_close(np.array(got, dtype=float), [1.0, 0.55, 0.1, 0.1], "SAC-DAGGER-1")

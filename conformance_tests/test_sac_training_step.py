@@ -28,6 +28,7 @@ from conformance_tests.harness import (
     device_leaf,
     np_critic_penalty,
     on_device,
+    pin,
     pin_value,
     to_numpy,
 )
@@ -333,7 +334,13 @@ def _o_update(nets, b, hp, lrs):
     with torch.no_grad():
         q1c, q2c = critic(b["obs"])
     qmin, m = torch.minimum(q1c, q2c), b["legal_mask"]
-    lp = torch.where(m, pi * (alpha * torch.log(pi) - qmin), torch.zeros_like(pi)).sum(-1).mean()
+    if hp["policy_use_topp"]:  # option B: the detached Top-p set of π, π renormalised on it (SAC-POL-2)
+        sel = torch.tensor(_np_top_p_support(pi.detach().numpy(), m.numpy(), hp["top_p"]))
+        kept = torch.where(sel, pi, torch.zeros_like(pi))
+        pp = kept / kept.sum(-1, keepdim=True)
+        lp = torch.where(sel, pp * (alpha * torch.log(torch.where(sel, pp, 1.0)) - qmin), 0.0).sum(-1).mean()
+    else:
+        lp = torch.where(m, pi * (alpha * torch.log(pi) - qmin), torch.zeros_like(pi)).sum(-1).mean()
     demo = b["is_demo"]
     if bool(demo.any()):
         lp = lp + hp["lambda_bc"] * (-torch.log(pi.gather(1, idx).squeeze(1))[demo]).mean()
@@ -344,7 +351,7 @@ def _o_update(nets, b, hp, lrs):
         H = -torch.where(m, pi * torch.log(pi), torch.zeros_like(pi)).sum(-1)
         H_tgt = hp["kappa"] * torch.log(m.sum(-1).double())
         la -= lrs["alpha"] * (H - H_tgt).mean()
-        la.clamp_(math.log(1e-4), math.log(2.0))
+        la.clamp_(math.log(hp["alpha_min"]), math.log(hp["alpha_max"]))
         for pt, p in zip(target.parameters(), critic.parameters()):
             pt.copy_(hp["tau"] * p + (1 - hp["tau"]) * pt)
     return norms
@@ -418,11 +425,29 @@ def test_update_trajectory_matches_a_from_scratch_loop(sac, seed):
         assert_close(g_, w, "SAC-STEP-1", what=f"parameter tensor #{i} after 4 updates")
 
 
-@pytest.mark.clause("SAC-STEP-1", "SAC-GRAD-1")
-@given(st.integers(0, 10_000), st.floats(0.05, 5.0), st.booleans(), st.floats(0.01, 0.9))
-@settings(max_examples=8, deadline=None)
-def test_update_trajectory_under_drawn_hyper_parameters(sac, seed, grad_clip, use_cql, tau):
-    hp = {**HP, "grad_clip": grad_clip, "use_cql": use_cql, "tau": tau}
+@st.composite
+def step_hyper_parameters(draw):
+    """Every keyword of update_step drawn: a keyword the implementation drops (keeps at its default) then
+    changes the trajectory. α's range is drawn tight around its start at 1, so the clamp binds; p is drawn
+    below the mass of the near-uniform policies' legal sets, so a Top-p set (option B, the backup) drops
+    actions."""
+    hp = {"gamma": draw(st.floats(0.5, 0.99)), "top_p": draw(st.floats(0.3, 0.7)), "kappa": draw(st.floats(0.1, 1.0)),
+          "tau": draw(st.floats(0.01, 0.9)), "lambda_bc": draw(st.floats(0.0, 1.0)),
+          "lambda_cql": draw(st.floats(0.0, 2.0)), "huber_delta": draw(st.floats(0.05, 3.0)),
+          "grad_clip": draw(st.floats(0.05, 5.0)), "alpha_min": draw(st.floats(0.9, 0.999)),
+          "alpha_max": draw(st.floats(1.001, 1.1))}
+    return hp
+
+
+# The switches are parametrised, not drawn: each run takes both sides of each (a drawn switch may stay at
+# one side through every example the derandomised generator makes).
+@pytest.mark.clause("SAC-STEP-1", "SAC-GRAD-1", "SAC-POL-2", "SAC-TEMP-3")
+@pytest.mark.parametrize("use_cql", [True, False], ids=["cql", "no-cql"])
+@pytest.mark.parametrize("policy_use_topp", [False, True], ids=["option-A", "option-B"])
+@given(st.integers(0, 10_000), step_hyper_parameters())
+@settings(max_examples=6, deadline=None)
+def test_update_trajectory_under_drawn_hyper_parameters(sac, use_cql, policy_use_topp, seed, hp):
+    hp = pin("sac.update_step", {**hp, "use_cql": use_cql, "policy_use_topp": policy_use_topp})
     want, got, _ = _run_both(sac, seed=seed, steps=2, hp=hp, lrs=LRS)
     for i, (w, g_) in enumerate(zip(want, got)):
         assert_close(g_, w, "SAC-STEP-1", what=f"parameter tensor #{i} after 2 updates")

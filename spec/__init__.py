@@ -26,7 +26,9 @@ KINDS = ("formula", "rule", "default", "gate", "input")
 # a SHOULD formula or rule the implementation provides and computes wrongly fails the audit like a MUST.
 # Only the advisory kinds stay advisory when they fail: a recommended default, or an input check, where
 # "fails" means the recommendation was not followed (another default, no rejection), not a wrong result.
-BINDING_KINDS = ("formula", "rule")
+# A gate's threshold is judged on a run (rlconform gate), not here; what the suite tests of a gate is the
+# operation that computes its metric, and a wrong metric is a wrong result: it binds.
+BINDING_KINDS = ("formula", "rule", "gate")
 # How much a failure hurts a user, worst first: the harness classifies each failing test, the audit and the
 # matrix order findings by it.
 SEVERITIES = ("critical", "major", "minor")

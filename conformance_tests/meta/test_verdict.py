@@ -661,6 +661,9 @@ def test_a_declared_convention_that_the_code_follows_is_a_deviation_not_a_failur
     assert report["summary"]["exit_code"] == 0 and report["summary"]["deviation"] == 1
     text = render_checklist(report)
     assert "## Deviations" in text and "| PPO-LOSS-2 | value_loss_factor | 1.0 | 0.5 |" in text
+    assert "device mistakes" in text and "`--device sim`" in text  # a CPU audit says what it cannot see
+    report["run_info"]["device"] = "sim"
+    assert "device mistakes" not in render_checklist(report)
 
 
 def test_the_same_code_without_the_declaration_fails():
@@ -849,6 +852,16 @@ def test_a_should_behaviour_that_is_there_and_wrong_fails_the_audit():
     assert "## Findings that fail the audit" in text and "## Recommendations not followed" not in text
     # every finding says what its clause requires, in one sentence, and where to read more
     assert "The clause requires: " in text and "`rlconform spec show PPO-ADV-1`" in text
+
+
+def test_a_wrong_gate_metric_fails_the_audit():
+    """A gate's threshold is judged on a run; what the suite tests of it is the operation computing its metric,
+    and a wrong metric is a wrong result, not a recommendation."""
+    report = clause_report(run_suite("conformance_tests.mutants.ppo:entropy_ratio_over_all_actions",
+                                     clauses=["PPO-SLO-4"]))
+    (c,) = report["clauses"]
+    assert (c["level"], c["kind"], c["binding"], c["status"]) == ("SHOULD", "gate", True, "fail"), c
+    assert report["summary"]["exit_code"] == 1
 
 
 def test_a_should_check_left_out_is_a_recommendation_not_followed():

@@ -58,6 +58,17 @@ def mutant(*kills: str, doc: str, source: str = "") -> Callable[[Callable], Muta
     return wrap
 
 
+def deaf_to(ref, family: str, op: str, **forced):
+    """The reference with ``family.op`` deaf to some keywords: whatever the caller passes, they take the given
+    values (their defaults). The bug of a keyword accepted but never plumbed through."""
+    base = getattr(getattr(ref, family), op)
+
+    def deaf(*args, **kwargs):
+        return base(*args, **{**kwargs, **forced})
+
+    return override(ref, family, **{op: deaf})
+
+
 def discover() -> dict[str, Mutant]:
     """Import every mutant module in this package and return the registry."""
     for info in pkgutil.iter_modules(__path__):

@@ -5,7 +5,7 @@ import copy
 
 import torch
 
-from conformance_tests.mutants import mutant, override
+from conformance_tests.mutants import deaf_to, mutant, override
 from reference_impl.ccapo.update import make_ccapo_update
 
 
@@ -219,3 +219,34 @@ def macro_advantage_bessel_in_float32(ref):
         return centred / (returns.std(-1, keepdim=True) + eps)
 
     return override(ref, "ccapo", macro_advantage=macro_advantage)
+
+
+@mutant("CCAPO-UPDATE-1", doc="ccapo_update ignores clip_eps: every minibatch clips at the default 0.2.",
+        source="a keyword accepted by the update but not passed to the objective")
+def ccapo_update_ignores_clip_eps(ref):
+    return deaf_to(ref, "ccapo", "ccapo_update", clip_eps=0.2)
+
+
+@mutant("CCAPO-PPO-1", doc="The clip fraction and approx_kl diagnostics average over every [B, T] entry, padding "
+        "included, while the loss is over real steps.", source="a diagnostic written as .mean() over the full tensor")
+def diagnostics_over_padding(ref):
+    base = ref.ccapo.policy_loss
+
+    def policy_loss(logp_new, logp_old, logp_ref, advantage, mask, **kw):
+        out = dict(base(logp_new, logp_old, logp_ref, advantage, mask, **kw))
+        log_ratio = (logp_new - logp_old).detach()
+        ratio = log_ratio.exp()
+        out["approx_kl"] = ((ratio - 1.0) - log_ratio).mean()
+        out["clip_fraction"] = ((ratio - 1.0).abs() > kw.get("clip_eps", 0.2)).to(ratio.dtype).mean()
+        return out
+
+    return override(ref, "ccapo", policy_loss=policy_loss)
+
+
+@mutant("CCAPO-STDB-3", "CCAPO-STDB-5", doc="The STDB fold and the step scoring score edges with the document's "
+        "alpha_smooth, distance exponent, lambda and eps whatever they are passed.",
+        source="a scoring helper called without the caller's keywords")
+def stdb_scoring_ignores_its_keywords(ref):
+    forced = dict(alpha_smooth=1.0, distance_exponent=0.5, lam=1.0, eps=1e-8)
+    return deaf_to(deaf_to(ref, "ccapo", "stdb_update", **forced), "ccapo", "score_steps", **forced)
+

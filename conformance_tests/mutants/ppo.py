@@ -6,7 +6,7 @@ import functools
 import torch
 from torch.distributions import Categorical
 
-from conformance_tests.mutants import mutant, override
+from conformance_tests.mutants import deaf_to, mutant, override
 from reference_impl.ppo import mappo, masking, update
 
 
@@ -382,3 +382,30 @@ def dual_clip_left_on(ref):
         return dual.mean() + 0.0 * base(ratio, advantage, clip_eps=clip_eps)
 
     return override(ref, "ppo", clipped_policy_loss=clipped_policy_loss)
+
+
+@mutant("PPO-UPDATE-4", doc="ppo_update ignores clip_eps, vf_coef and ent_coef: the loss keeps 0.2, 0.5 and 0.01.",
+        source="keywords accepted by the update but not passed to the minibatch loss")
+def ppo_update_ignores_loss_coefficients(ref):
+    return deaf_to(ref, "ppo", "ppo_update", clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
+
+
+@mutant("PPO-MASK-1", doc="The masked distribution fills illegal logits with -1e4: legal logits far below it "
+        "(-3e4) give the illegal action all the mass.", source="a hand-written 'very negative' fill")
+def distribution_fill_minus_1e4(ref):
+    def masked_distribution(logits, mask):
+        return Categorical(logits=logits.masked_fill(~mask, -1e4))
+
+    return override(ref, "ppo", masked_distribution=masked_distribution)
+
+
+@mutant("PPO-SLO-4", doc="The entropy ratio divides by log of the whole action count, not of each row's legal "
+        "count: a policy uniform on its legal sets reads below 1, so the stuck-entropy gate passes it.",
+        source="log(num_actions) taken from the logits' width")
+def entropy_ratio_over_all_actions(ref):
+    def entropy_ratio(entropy, mask):
+        width = torch.log(torch.tensor(float(mask.shape[-1]), dtype=entropy.dtype, device=entropy.device))
+        return entropy.sum() / (width * entropy.shape[0])
+
+    return override(ref, "ppo", entropy_ratio=entropy_ratio)
+

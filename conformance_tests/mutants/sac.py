@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from conformance_tests.mutants import mutant, override
+from conformance_tests.mutants import deaf_to, mutant, override
 from reference_impl.sac.step import make_update_step
 
 V1 = "001_1dec206837da3656.txt"
@@ -437,3 +437,31 @@ def masked_softmax_float32_for_large_vocabularies(ref):
         return base(logits, legal_mask, eps=eps)
 
     return override(ref, "sac", masked_softmax=masked_softmax)
+
+
+# Keywords accepted but never plumbed through: each is right at its default, which is all a test that only
+# ever passes the default sees.
+@mutant("SAC-POL-2", doc="update_step ignores policy_use_topp: the policy step is always option A.",
+        source="a keyword accepted by the update but not passed to the policy loss")
+def update_step_ignores_policy_use_topp(ref):
+    return deaf_to(ref, "sac", "update_step", policy_use_topp=False)
+
+
+@mutant("SAC-STEP-1", doc="update_step ignores lambda_cql and huber_delta: the critic loss keeps 0.5 and 1.0.",
+        source="a critic loss called with its own defaults")
+def update_step_ignores_critic_coefficients(ref):
+    return deaf_to(ref, "sac", "update_step", lambda_cql=0.5, huber_delta=1.0)
+
+
+@mutant("SAC-TEMP-3", doc="The temperature clamp ignores the caller's range: alpha is kept in [1e-4, 2] whatever "
+        "alpha_min and alpha_max say (update_step and clamp_log_alpha).", source="a clamp with literal bounds")
+def alpha_clamp_ignores_its_range(ref):
+    deaf = deaf_to(ref, "sac", "update_step", alpha_min=1e-4, alpha_max=2.0)
+    return deaf_to(deaf, "sac", "clamp_log_alpha", alpha_min=1e-4, alpha_max=2.0)
+
+
+@mutant("SAC-REWARD-1", doc="step_reward ignores its weights: the document's 1, 0.5, 0.1 and 2 whatever is passed.",
+        source="a reward written with literal coefficients")
+def step_reward_ignores_its_weights(ref):
+    return deaf_to(ref, "sac", "step_reward", lam_cov=1.0, lam_nce=0.5, lam_gar=0.1, lam_ill=2.0)
+

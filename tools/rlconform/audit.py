@@ -644,7 +644,7 @@ def _binding(c: dict) -> bool:
 # out, never whether a behaviour that is there may be wrong.
 _FINDING_GROUPS = (
     ("Findings that fail the audit", "A MUST clause failed, or a SHOULD behaviour the implementation provides "
-     f"computes its documented formula or rule wrongly. Worst first: {SEVERITY_MEANING}.", True),
+     f"computes its documented formula, rule or gate metric wrongly. Worst first: {SEVERITY_MEANING}.", True),
     ("Recommendations not followed", "SHOULD defaults and input checks the implementation does differently or "
      "leaves out; they do not fail the audit.", False),
 )
@@ -707,6 +707,9 @@ def render_checklist(report: dict, spec: Spec | None = None) -> str:
         + f", profile `{info['profile']}`, seed `{info.get('seed')}`, device `{info['device']}`, "
           f"torch {info['torch']}, finished {info['finished']}",
     ]
+    if str(info.get("device", "")).startswith("cpu"):  # where every tensor lives on one device, none is misplaced
+        out.append("- device mistakes (a tensor or generator made on the CPU beside inputs on a GPU) are not "
+                   "checked on the CPU: `--device sim` checks them without a GPU, `--device cuda` on one")
     if info.get("steps_itself"):
         out.append("- gradients measured from the library's own optimiser step (it calls backward() and step() "
                    "itself; only the leaves it steps can show a gradient): "

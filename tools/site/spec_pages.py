@@ -116,7 +116,8 @@ def family_page(spec, family: str, tests: dict[str, dict[str, int]], figures: li
     out += [f"- **Clauses:** {len(f.clauses)} ({n_must} MUST, {len(f.clauses) - n_must} SHOULD), "
             f"{n_err} with errata; contract: [{family} operations](../contract/{family}.md)",
             f"- **Levels:** MUST: an implementation must provide the behaviour. SHOULD: it may leave the behaviour "
-            f"out (its tests are then not applicable), but a SHOULD formula or rule it provides must be right: "
+            f"out (its tests are then not applicable), but a SHOULD formula, rule or gate metric it provides must "
+            f"be right: "
             f"{n_binding_should} of the SHOULD clauses here fail the audit when present and wrong; the SHOULD "
             f"defaults and input checks are recommendations, listed but not failing.", ""]
     if f.checklist:
