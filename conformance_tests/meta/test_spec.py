@@ -107,6 +107,49 @@ def test_the_shipped_spec_is_valid_and_every_clause_is_tested():
     assert not cov["unmarked_tests"], f"tests without a clause mark: {cov['unmarked_tests'][:5]}"
 
 
+@pytest.mark.long
+def test_every_keyword_of_the_contract_is_passed_away_from_its_default():
+    """A keyword the clause tests only ever pass at its default cannot tell an operation that honours it from one
+    that ignores it (an update that keeps its clip range whatever it is given)."""
+    from rlconform.coverage import keyword_coverage
+
+    kw = keyword_coverage()
+    assert kw["exit"] == 0, kw["output"]
+    assert kw["log"]["sac.update_step"]["huber_delta"], "the log holds the keywords the tests passed"
+    assert not kw["gaps"], f"keywords only ever passed at their default: {kw['gaps']}"
+
+
+def test_a_keyword_passed_only_at_its_default_is_a_gap():
+    from rlconform.coverage import KEYWORD_EXEMPT, keyword_gaps
+
+    full = {op: {} for op in ()}
+    gaps = keyword_gaps(full)  # nothing passed: every keyword with a default, exempt ones aside
+    assert ("sac.update_step", "huber_delta", 1.0) in gaps and ("ppo.ppo_update", "clip_eps", None) in gaps
+    assert not set(KEYWORD_EXEMPT) & {(op, key) for op, key, _ in gaps}
+    log = {"sac.update_step": {"huber_delta": ["1.0"], "lambda_cql": ["0.5", "0.25"], "kappa": ["<object>"]},
+           "ppo.ppo_update": {"clip_eps": ["0.2"], "vf_coef": ["0.5", "1.5"], "generator": ["<object>"]}}
+    names = {(op, key) for op, key, _ in keyword_gaps(log)}
+    assert ("sac.update_step", "huber_delta") in names  # only its default
+    assert ("sac.update_step", "lambda_cql") not in names and ("sac.update_step", "kappa") not in names
+    assert ("ppo.ppo_update", "clip_eps") in names  # a required keyword always passed at one value
+    assert ("ppo.ppo_update", "vf_coef") not in names and ("ppo.ppo_update", "generator") not in names
+
+
+def test_spec_coverage_with_keywords_fails_on_a_gap(monkeypatch, capsys):
+    from rlconform.cli import spec as spec_cli
+
+    monkeypatch.setattr(spec_cli, "coverage", lambda: {"collect_exit": 0, "clauses": 1, "tested": {"X": 1},
+                                                       "untested": [], "unknown": {}, "unmarked_tests": []})
+    monkeypatch.setattr(spec_cli, "keyword_coverage", lambda: {"exit": 0, "output": "", "log": {"a.b": {"k": ["1"]}},
+                                                               "gaps": [("sac.legal_set", "min_legal", 3)]})
+    args = type("A", (), {"keywords": True})()
+    assert spec_cli._cmd_spec_coverage(args) == 1
+    out = capsys.readouterr().out
+    assert "keyword never passed away from its default: sac.legal_set(min_legal=3)" in out and "FAILED" in out
+    args.keywords = False
+    assert spec_cli._cmd_spec_coverage(args) == 0
+
+
 def _seed_dir() -> Path | None:
     for cand in (os.environ.get("RLCONFORM_SEEDS"), Path(__file__).resolve().parents[3] / "shared" / "seeds"):
         if cand and Path(cand).is_dir():

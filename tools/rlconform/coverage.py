@@ -5,11 +5,22 @@ Inventory problems are folded into ``untested`` and ``unknown`` too, so any cons
 those (``rlconform spec coverage``) fails on them; ``inventory_*`` keys hold them on their own.
 
 Tests are found by collecting ``conformance_tests`` with pytest (so parametrised marks count too).
+
+Keyword coverage (:func:`keyword_coverage`) runs the clause tests on the reference and lists every keyword
+of the contract that no test passes at a value other than its default: a test that only ever passes the
+default cannot tell an operation that honours the keyword from one that ignores it.
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +86,50 @@ def coverage(spec: Spec | None = None) -> dict:
 def inventory_coverage(spec: Spec | None = None, directory=None) -> dict:
     """The inventory check alone (no test collection): see :func:`rlconform.inventory.check_inventory`."""
     return check_inventory(spec or default_spec(), directory)
+
+
+# Keywords the clause tests may leave at their default, each with the reason.
+KEYWORD_EXEMPT = {
+    ("ccapo.macro_advantage", "eps"): "the advantage_std convention sets the guard (spec/conventions.yaml); the "
+                                      "tests follow the declared value, not a drawn one",
+}
+
+
+def keyword_gaps(log: dict[str, dict[str, list[str]]]) -> list[tuple[str, str, Any]]:
+    """``(op, keyword, default)`` for every keyword-only parameter of the contract that the calls in ``log``
+    (:mod:`conformance_tests.keyword_log`'s file) never vary: one with a default never passed at another
+    value, a required one (default None here) passed at fewer than two plain values (an object argument,
+    a network or a generator, counts as varied: its value cannot be read). Exempt ones aside."""
+    from conformance_tests import contract
+
+    gaps = []
+    for family in contract.FAMILIES:
+        for op in contract.op_names(family):
+            name = f"{family}.{op}"
+            for key, param in inspect.signature(getattr(contract.protocol(family), op)).parameters.items():
+                if param.kind is not inspect.Parameter.KEYWORD_ONLY or (name, key) in KEYWORD_EXEMPT:
+                    continue
+                seen = set(log.get(name, {}).get(key, []))
+                if param.default is not inspect.Parameter.empty:
+                    if seen <= {repr(param.default)}:
+                        gaps.append((name, key, param.default))
+                elif "<object>" not in seen and len(seen) < 2:
+                    gaps.append((name, key, None))
+    return gaps
+
+
+def keyword_coverage(*, profile: str = "smoke", timeout: float = 1200) -> dict:
+    """Run the clause tests on the bundled reference, one process, recording every keyword passed; returns
+    pytest's exit code, the gaps (:func:`keyword_gaps`) and the log."""
+    from rlconform import launch
+
+    with tempfile.TemporaryDirectory(prefix="rlconform-keywords-") as tmp:
+        path = Path(tmp) / "keywords.json"
+        env = {**os.environ, "RLCONFORM_KEYWORD_LOG": str(path)}
+        proc = launch.run([sys.executable, "-m", "pytest", "--pyargs", "conformance_tests", "-m", "not meta", "-q",
+                           "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "conformance_tests.keyword_log",
+                           "--impl", "reference_impl:make", "--profile", profile],
+                          cwd=tmp, env=env, timeout=timeout, tmp=tmp)
+        log = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return {"exit": proc.returncode, "output": proc.stdout[-3000:], "gaps": keyword_gaps(log), "log": log}
+

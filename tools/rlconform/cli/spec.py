@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from rlconform.cli._common import UsageError
-from rlconform.coverage import coverage
+from rlconform.coverage import coverage, keyword_coverage
 from rlconform.spec import FAMILIES, default_spec
 
 
@@ -14,7 +14,10 @@ def add_parser(sub) -> None:
     sl.add_argument("--family", choices=FAMILIES)
     ss = ssub.add_parser("show", help="show one clause")
     ss.add_argument("id")
-    ssub.add_parser("coverage", help="fail if a clause has no test or a test names an unknown clause")
+    sc = ssub.add_parser("coverage", help="fail if a clause has no test or a test names an unknown clause")
+    sc.add_argument("--keywords", action="store_true",
+                    help="also run the clause tests on the reference and fail if a keyword of the contract is "
+                         "never passed at a value other than its default (about a minute)")
 
 
 def _cmd_spec_list(args) -> int:
@@ -61,6 +64,16 @@ def _cmd_spec_coverage(args) -> int:
     for node in cov["unmarked_tests"]:
         print(f"  test without a clause mark: {node}")
     ok = not cov["untested"] and not cov["unknown"] and not cov["unmarked_tests"]
+    if args.keywords:
+        kw = keyword_coverage()
+        if kw["exit"] != 0:
+            print(kw["output"])
+            print("rlconform: the clause tests failed on the reference: no keyword coverage")
+            return 2
+        for op, key, default in kw["gaps"]:
+            print(f"  keyword never passed away from its default: {op}({key}={default!r})")
+        print(f"{sum(len(v) for v in kw['log'].values())} keywords passed; {len(kw['gaps'])} only at their default")
+        ok = ok and not kw["gaps"]
     print("coverage: OK" if ok else "coverage: FAILED")
     return 0 if ok else 1
 
