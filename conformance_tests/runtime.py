@@ -266,7 +266,8 @@ class RlconformRun:
             self.tests[it.nodeid] = record
         self.unmatched = sorted(set(self.expectations) - matched)
         if self.worker:
-            self.config.workeroutput.update(rlconform_tests=self.tests, rlconform_unmatched=self.unmatched)
+            self.config.workeroutput.update(rlconform_tests=self.tests, rlconform_unmatched=self.unmatched,
+                                            rlconform_meta_left_out=self.meta_left_out)
         self._emit(event="collected", tests=self.tests, unmatched_expectations=self.unmatched)
 
     def _asked(self, clauses) -> list[str]:
@@ -431,6 +432,7 @@ class RlconformRun:
             self.tests.setdefault(nodeid, record)
         if "rlconform_unmatched" in output:
             self.unmatched = output["rlconform_unmatched"]
+        self.meta_left_out = max(self.meta_left_out, output.get("rlconform_meta_left_out", 0))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids):
