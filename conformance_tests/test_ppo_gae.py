@@ -65,6 +65,7 @@ def rollouts(draw, dtype, *, truncation: bool):
     case["truncated"] = flags() if truncation else None
     if draw(st.booleans(), label="consistent rollout"):
         case["next_value"] = consistent_next_value(case)
+    case["float_flags"] = draw(st.booleans(), label="done/truncated as 0/1 floats")  # the contract allows both
     return case, draw(_GAMMAS), draw(_LAMS)
 
 
@@ -80,8 +81,10 @@ def consistent_next_value(case: dict) -> torch.Tensor:
 
 
 def _call(ppo, case, gamma, lam):
-    kw = {"truncated": case["truncated"]} if case["truncated"] is not None else {}
-    return ppo.gae(case["reward"], case["value"], case["next_value"], case["done"], gamma=gamma, lam=lam, **kw)
+    """ppo.gae on the case; its flags as bool, or as 0/1 floats of the values' dtype where the case says so."""
+    flag = (lambda f: f.to(case["value"].dtype)) if case.get("float_flags") else (lambda f: f)  # noqa: E731
+    kw = {"truncated": flag(case["truncated"])} if case["truncated"] is not None else {}
+    return ppo.gae(case["reward"], case["value"], case["next_value"], flag(case["done"]), gamma=gamma, lam=lam, **kw)
 
 
 def _check(got, case, gamma, lam, clause):

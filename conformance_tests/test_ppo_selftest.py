@@ -166,6 +166,10 @@ def test_entropy_trend_golden(ppo):
     # over U updates the decline is -b (U - 1): the fitted line's fall from the first update to the last
     near = ppo.entropy_trend(torch.tensor([1.0, 0.75, 0.5], dtype=torch.float64))  # b = -0.25, a = 1
     assert_that(near["slow"], "PPO-SLO-6", near, "slow: the line falls 0.5 over the run, short of its start 1")
+    # U - 1 steps of the line, not U: a fall of 0.5 (2 steps of 0.25) against a start of 0.6 is slow, while
+    # 3 steps (0.75) would pass the start
+    steps = ppo.entropy_trend(torch.tensor([0.6, 0.35, 0.1], dtype=torch.float64))  # b = -0.25, a = 0.6
+    assert_that(steps["slow"], "PPO-SLO-6", steps, "slow: 3 updates span 2 steps of the line, a fall of 0.5 < 0.6")
     edge = ppo.entropy_trend(torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64))  # b = -0.5, a = 1: exact in binary
     assert_close(edge["slope"], -0.5, "PPO-SLO-6", what="the edge's slope")
     assert_close(edge["intercept"], 1.0, "PPO-SLO-6", what="the edge's intercept")
