@@ -168,8 +168,9 @@ def test_policy_loss_at_default_keywords(isreshape, name):
 @given(loss_cases())
 def test_loss_gradient_is_minus_weight_times_advantage(isreshape, case):
     batch, hp = case
-    lp, ref, adv, m = (t.clone().requires_grad_(True) for t in batch)
-    loss = isreshape.policy_loss(lp, ref, adv, m.detach(), **hp)
+    lp, ref, adv = (t.clone().requires_grad_(True) for t in batch[:3])
+    m = batch[3]  # a bool or a 0/1 float mask: never differentiated
+    loss = isreshape.policy_loss(lp, ref, adv, m, **hp)
     nlp, nref, nadv, nm = _np(batch)
     *_, w = np_weights_for(_np(batch), hp)
     if loss.requires_grad:

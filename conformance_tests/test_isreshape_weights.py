@@ -527,13 +527,13 @@ def _isr_dtype_calls(dtype):
         ("importance_ratio", (lp, ref), {}), ("reward_gamma", (adv,), {}), ("sapo_weight", (r,), {}),
         ("sapo_weight_signed", (r, adv), dict(tau_pos=1.0, tau_neg=1.05)), ("reshape_weight", (r, 0.5), {}),
         ("reshape_f", (r, 0.5), {}), ("sapo_gate", (r,), {}), ("policy_loss", (lp, ref, adv, m), {}),
-        ("sft_loss", (lp, ref, m), {}),
+        ("sft_loss", (lp, ref, m), {}), ("aggregate_loss", (lp[None], m[None]), {}),
     ]
 
 
 @pytest.mark.clause("ISR-DTYPE-1")
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("index", range(9))
+@pytest.mark.parametrize("index", range(10))
 def test_outputs_keep_the_input_dtype(isreshape, dtype, index):
     op, args, kwargs = _isr_dtype_calls(dtype)[index]
     assert_dtype(getattr(isreshape, op)(*args, **kwargs), dtype, "ISR-DTYPE-1", op)

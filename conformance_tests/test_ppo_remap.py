@@ -42,6 +42,22 @@ def test_local_sample_stores_valid_ids_local_idx_and_global_action(ppo, zm, seed
                  what="old log-prob = masked global log-prob of the action")
 
 
+# The draw is the generator's: generators seeded alike give the same draws and another seed other draws (a
+# sampler that ignores its generator draws from the global stream, and a seeded rollout cannot be replayed).
+@pytest.mark.clause("PPO-REMAP-1")
+def test_local_sample_draws_from_the_generator_it_is_given(ppo):
+    z = torch.zeros(6, dtype=torch.float64)
+    mask = torch.tensor([True, False, True, True, False, True])
+
+    def draws(seed):
+        g = generator(seed)
+        return [int(ppo.local_sample(z, mask, generator=g)[1]) for _ in range(24)]
+
+    first = draws(11)
+    assert_equal(draws(11), first, "PPO-REMAP-1", "the same 24 draws from a generator seeded alike")
+    assert_that(draws(12) != first, "PPO-REMAP-1", first, "other draws from a generator seeded otherwise")
+
+
 @pytest.mark.clause("PPO-REMAP-1")
 @given(st_.masked_rows(scale=50.0))
 def test_local_log_prob_equals_masked_global_log_prob(ppo, zm):

@@ -138,14 +138,17 @@ def test_first_minibatch_has_ratio_exactly_one(ppo, r, mb, epochs):
 
 # ----------------------------------------------------------------------------- PPO-UPDATE-2
 @pytest.mark.clause("PPO-UPDATE-2", "PPO-OLD-1")
+@pytest.mark.parametrize("clip_eps", [HP["clip_eps"], 0.05], ids=["eps-0.2", "eps-0.05"])
 @given(st_.rollouts(), st.integers(2, 6))
-def test_each_minibatch_reports_the_metrics_of_the_replayed_batch(ppo, r, mb):
+def test_each_minibatch_reports_the_metrics_of_the_replayed_batch(ppo, clip_eps, r, mb):
+    """At the document's clip range and another: the reported clip fraction is of the range the update is given."""
     actor, critic, opt, batch = setup(ppo, r, lr=1.0)
+    hp = pin("ppo.ppo_update", {**HP, "clip_eps": clip_eps})
     recs = ppo.ppo_update(actor, critic, opt, batch, epochs=3, minibatch_size=mb, max_grad_norm=10.0,
-                          target_kl=None, generator=generator(1), **HP)
+                          target_kl=None, generator=generator(1), **hp)
     assert_that(len(recs) == len(actor.forwards), "PPO-UPDATE-2", len(recs), f"{len(actor.forwards)} records, one per actor forward")
     for k, (rec, fwd) in enumerate(zip(recs, actor.forwards)):
-        want = oracle_metrics(fwd, batch)
+        want = oracle_metrics(fwd, batch, clip_eps=hp["clip_eps"])
         for key, value in want.items():
             assert_close(torch.tensor(rec[key], dtype=torch.float64), value, "PPO-UPDATE-2", what=f"minibatch {k}: {key}")
 

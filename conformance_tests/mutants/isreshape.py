@@ -143,3 +143,16 @@ def aggregate_seq_mean_counts_empty_rows(ref):
         return out
 
     return override(ref, "isreshape", aggregate_loss=aggregate_loss)
+
+
+@mutant("ISR-LOSS-1", doc="The policy loss masks with 1 - response_mask, which a bool mask (the contract allows "
+        "bool or 0/1 float) cannot do.", source="(1 - mask) written for float masks")
+def policy_loss_float_masks_only(ref):
+    base = ref.isreshape.policy_loss
+
+    def policy_loss(log_prob, ref_log_prob, advantages, response_mask, **kw):
+        padding = 1 - response_mask  # a bool tensor has no subtraction
+        return base(log_prob, ref_log_prob, advantages, 1 - padding, **kw)
+
+    return override(ref, "isreshape", policy_loss=policy_loss)
+

@@ -409,3 +409,51 @@ def entropy_ratio_over_all_actions(ref):
 
     return override(ref, "ppo", entropy_ratio=entropy_ratio)
 
+
+@mutant("PPO-LOGP-1", "PPO-ENT-1", doc="evaluate_actions squeezes its outputs: a batch of one row returns 0-d "
+        "tensors instead of [1].", source=".squeeze() to drop a trailing axis, which drops the batch axis of B = 1")
+def evaluate_actions_squeezed(ref):
+    base = ref.ppo.evaluate_actions
+
+    def evaluate_actions(logits, mask, action):
+        log_prob, entropy = base(logits, mask, action)
+        return log_prob.squeeze(), entropy.squeeze()
+
+    return override(ref, "ppo", evaluate_actions=evaluate_actions)
+
+
+@mutant("PPO-GAE-1", doc="GAE reads done with a bool-only ~done: 0/1 float flags, which the contract allows, "
+        "fail or flip.", source="(~done).float() written for bool flags")
+def gae_bool_only_flags(ref):
+    base = ref.ppo.gae
+
+    def gae(reward, value, next_value, done, *, gamma, lam, truncated=None):
+        keep = ~done  # a float tensor has no ~
+        return base(reward, value, next_value, ~keep, gamma=gamma, lam=lam, truncated=truncated)
+
+    return override(ref, "ppo", gae=gae)
+
+
+@mutant("PPO-SLO-6", doc="The entropy trend's decline counts U steps of the fitted line over U updates, not U - 1.",
+        source="-slope * len(h) for the fall of the line over the run")
+def entropy_trend_u_steps(ref):
+    base = ref.ppo.entropy_trend
+
+    def entropy_trend(entropy):
+        out = dict(base(entropy))
+        out["slow"] = -out["slope"] * entropy.numel() < out["intercept"]
+        return out
+
+    return override(ref, "ppo", entropy_trend=entropy_trend)
+
+
+@mutant("PPO-REMAP-1", doc="local_sample ignores its generator and draws from the global stream: a seeded rollout "
+        "cannot be replayed.", source="torch.multinomial without generator=")
+def local_sample_ignores_its_generator(ref):
+    base = ref.ppo.local_sample
+
+    def local_sample(logits_row, mask_row, *, generator=None):
+        return base(logits_row, mask_row, generator=None)
+
+    return override(ref, "ppo", local_sample=local_sample)
+

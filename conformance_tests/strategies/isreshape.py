@@ -62,4 +62,6 @@ def isr_token_batches(draw, *, max_len: int = 10, log_ratio: float = 3.0, dtype=
     if mask.sum() < min_tokens:
         mask[np.flatnonzero(~mask)[: min_tokens - int(mask.sum())]] = True
     t = lambda a: torch.tensor(a.reshape(dims), dtype=declared_dtype(dtype))  # noqa: E731
-    return t(lp), t(lp - delta), t(adv), t(mask.astype(np.float64))
+    # the contract's response mask is "1/0 float or bool": both are drawn
+    response = torch.tensor(mask.reshape(dims)) if draw(st.booleans(), label="bool mask") else t(mask.astype(np.float64))
+    return t(lp), t(lp - delta), t(adv), response
