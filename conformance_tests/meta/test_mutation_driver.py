@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -202,9 +203,50 @@ def test_a_verified_kill_of_a_mutant_mutmut_left_untested_counts_as_killed():
         {"id": "m.py:82:0", "line_number": 82, "line": line, "index": 0, "status": "untested"},
         {"id": "m.py:24:0", "line_number": 24, "line": line, "index": 0, "status": "killed"}]}}}
     entry = {"id": "m.py:82:0", "line": line, "status": "killed", "test": "t.py::test_x"}
-    seen = render.summarise(results, [entry], {"m.py:82:0": {"killed": True, "line": line}})
+    seen = render.summarise(results, [entry], {"m.py:82:0": {"killed": True, "line": line, "test": "t.py::test_x"}})
     (row,) = seen["rows"]
     assert (row["killed"], row["untested"], row["state"], row["score"]) == (2, 0, "complete", 1.0)
-    unconfirmed = render.summarise(results, [entry], {})
-    (row,) = unconfirmed["rows"]
-    assert (row["killed"], row["untested"], row["state"]) == (1, 1, "partial")
+    for checks in ({}, {"m.py:82:0": {"killed": True, "line": line, "test": "old_file.py::test_x"}}):
+        # unconfirmed, or confirmed for a test the claim no longer names (it moved, or was replaced)
+        (row,) = render.summarise(results, [entry], checks)["rows"]
+        assert (row["killed"], row["untested"], row["state"]) == (1, 1, "partial")
+
+
+def _claims() -> list[dict]:
+    yaml = pytest.importorskip("yaml")
+    text = (REPO / "tools" / "mutation" / "classification.yaml").read_text()
+    return [e for e in yaml.safe_load(text)["mutants"] if e["status"] == "killed"]
+
+
+def test_every_kill_claim_names_a_test_that_exists():
+    """The mutation page names, for each survivor a new test kills, that test: a test since moved or renamed
+    leaves the page pointing at nothing, and --verify-kills could no longer run it."""
+    missing = []
+    for e in _claims():
+        path, _, name = e["test"].partition("::")
+        source = REPO / path
+        function = name.split("[")[0].rsplit("::", 1)[-1]
+        if not source.is_file() or (function and f"def {function}(" not in source.read_text()):
+            missing.append(f"{e['id']}: {e['test']}")
+    assert not missing, "kill claims naming no test:\n" + "\n".join(missing)
+
+
+def test_every_kill_check_is_of_a_claim_as_it_stands():
+    """verified.json holds --verify-kills' check of each claim: one per claim, made with the test the claim
+    names now, on the line it names, and each a kill (a check of a test since moved proves nothing)."""
+    checks = json.loads((REPO / "tools" / "mutation" / "verified.json").read_text())
+    claims = {e["id"]: e for e in _claims()}
+    assert sorted(checks) == sorted(claims)
+    stale = [k for k, c in checks.items()
+             if (c["test"], c["line"], c["killed"]) != (claims[k]["test"], claims[k]["line"].strip(), True)]
+    assert not stale, f"checks to redo with run.py --verify-kills: {stale}"
+
+
+def test_a_claims_line_is_found_in_its_module_without_mutmuts_cache():
+    """--verify-kills rebuilds a mutant from the module when no cache holds it: the claim's line text, at the
+    occurrence nearest the line number it was recorded at (lines above it may have moved since)."""
+    locate = _tool("run").locate_line
+    source = "def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n"
+    assert locate(source, "return x + 1", 5) == {"raw_line": "    return x + 1", "line_number": 6}
+    assert locate(source, "return x + 1", 1)["line_number"] == 2
+    assert locate(source, "return x - 1", 2) is None

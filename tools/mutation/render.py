@@ -53,6 +53,13 @@ def match(results: dict, entries: list[dict]) -> dict[tuple, dict]:
     return out
 
 
+def _verified(entry: dict, check: dict | None, mutant: dict) -> bool:
+    """--verify-kills saw the claimed test kill this very line (a check of another test, or of a line
+    since edited, proves nothing about the claim as it stands)."""
+    return bool(check and check.get("killed") and check.get("line") == mutant["line"]
+                and check.get("test") == entry["test"])
+
+
 def summarise(results: dict, entries: list[dict], verified: dict | None = None) -> dict:
     """Per-module counts and the survivors with their classification."""
     by_key = match(results, entries)
@@ -66,8 +73,7 @@ def summarise(results: dict, entries: list[dict], verified: dict | None = None) 
         for m in ms:
             e = by_key.get(_key(module, m["line"], m["index"]))
             v = verified.get(e["id"]) if e else None
-            if (m["status"] == "untested" and e and e["status"] == "killed" and v and v.get("killed")
-                    and v.get("line") == m["line"]):
+            if m["status"] == "untested" and e and e["status"] == "killed" and _verified(e, v, m):
                 # mutmut 2 gives a line that repeats in a module the other copy's verdict and may never run it;
                 # --verify-kills ran this one and the named test of the suite killed it
                 count["untested"] -= 1
@@ -76,8 +82,7 @@ def summarise(results: dict, entries: list[dict], verified: dict | None = None) 
                 continue
             if m["status"] == "survived":
                 kind = e["status"] if e else "unclassified"
-                v = verified.get(e["id"]) if e else None
-                if kind == "killed" and v and v.get("killed") and v.get("line") == m["line"]:
+                if kind == "killed" and _verified(e, v, m):
                     new_kills += 1
                     claimed.append({"module": module, **m, "entry": e})
                     continue

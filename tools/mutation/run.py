@@ -272,11 +272,24 @@ def progress(cache: dict, module: str) -> str:
 VERIFIED = HERE / "verified.json"
 
 
+def locate_line(source: str, line: str, line_number: int) -> dict | None:
+    """The mutmut line record of ``line`` (stripped text) in ``source``: the occurrence nearest
+    ``line_number`` (1-based), since a claim's number goes stale when lines above it move."""
+    lines = source.splitlines()
+    hits = [i + 1 for i, raw in enumerate(lines) if raw.strip() == line.strip()]
+    if not hits:
+        return None
+    n = min(hits, key=lambda h: abs(h - line_number))
+    return {"raw_line": lines[n - 1], "line_number": n}
+
+
 def verify_kills(cfg: dict, tree: Path, workdir: Path) -> dict:
     """Check each survivor that classification.yaml says a new test kills: in a scratch copy of the
     snapshot, the named test must pass on the original module and fail (exit 1) on the mutant.
-    Results go to verified.json ({mutant id: {"test", "original", "mutant", "killed"}}); mutmut's cache
-    is left alone (its next full run re-tests every survivor against the new tests anyway)."""
+    Results go to verified.json ({mutant id: {"test", "original", "mutant", "killed"}}); a claim checked with
+    another test than it names now is checked again, and checks of claims no longer made are dropped. The
+    mutant is rebuilt from the snapshot's cache, or, where it has none for the module, from the claim's line
+    in the module. mutmut's cache is left alone (its next full run re-tests every survivor anyway)."""
     from mutmut import Context, RelativeMutationID, mutate
 
     entries = [e for e in (yaml.safe_load((HERE / "classification.yaml").read_text()) or {}).get("mutants") or []
@@ -288,6 +301,10 @@ def verify_kills(cfg: dict, tree: Path, workdir: Path) -> dict:
     for bak in (tree / "reference_impl").rglob("*.py.bak"):  # the copy must not carry mutmut's live mutant
         shutil.copy2(bak, scratch / bak.with_suffix("").relative_to(tree))
     done = json.loads(VERIFIED.read_text()) if VERIFIED.exists() else {}
+    claimed = {e["id"] for e in entries}
+    for gone in sorted(set(done) - claimed):  # a claim classification.yaml no longer makes: its check is moot
+        log(f"verify: {gone} is no longer claimed killed; dropped from verified.json")
+        del done[gone]
     cache = read_cache(tree)
     for e in entries:
         old = done.get(e["id"])
@@ -297,15 +314,17 @@ def verify_kills(cfg: dict, tree: Path, workdir: Path) -> dict:
         index = int(e["id"].rsplit(":", 1)[1])
         same = [m for m in cache.get(module, []) if m["line"] == e["line"].strip() and m["index"] == index]
         line_number = int(e["id"].split(":")[1])  # a line's text may repeat in a module: its number decides
+        path = tree / module
+        backup = path.with_name(path.name + ".bak")
         mutant = next((m for m in same if m["line_number"] == line_number), same[0] if same else None)
+        if mutant is None:  # no cache for this module here: the claim names its line, so find it in the source
+            mutant = locate_line((backup if backup.exists() else path).read_text(), e["line"], line_number)
         if mutant is None:
-            log(f"verify: {e['id']} is not in the cache; skipped")
+            log(f"verify: {e['id']}: its line is neither in the cache nor in {module}; skipped")
             continue
         test_file = e["test"].split("::")[0]
         shutil.copy2(REPO / test_file, scratch / test_file)  # the new test as it is in the working tree now
         shutil.copy2(HERE / "verdict.py", scratch / "tools" / "mutation" / "verdict.py")
-        path = tree / module
-        backup = path.with_name(path.name + ".bak")
         cmd = pytest_command(cfg, [e["test"]])
 
         def run_test(source: str) -> int:
