@@ -73,12 +73,14 @@ def tiny_game(tmp_path_factory):
 @pytest.fixture(scope="session")
 def run_python(tmp_path_factory):
     """``run_python(code) -> CompletedProcess``: the code as a script of its own (own module, own imports),
-    forked from the warm forkserver. The finding pages' repros use it."""
+    forked from the warm forkserver. The finding pages' repros use it. Its temporary directory is the run's own
+    (a library's default log folder, such as SB3-<time> of sb3's learn(), would otherwise stay in /tmp)."""
     scripts, numbers = tmp_path_factory.mktemp("scripts"), itertools.count()
+    env = {**os.environ, "TMPDIR": str(scripts)}
 
     def run_code(code: str, timeout: float = 300):
         script = scripts / f"script_{next(numbers)}.py"
         script.write_text(code, encoding="utf-8")
-        return launch.run([sys.executable, "-m", script.stem], cwd=scripts, timeout=timeout, tmp=scripts)
+        return launch.run([sys.executable, "-m", script.stem], cwd=scripts, env=env, timeout=timeout, tmp=scripts)
 
     return run_code

@@ -15,9 +15,9 @@ from rlconform import launch
 pytestmark = pytest.mark.meta
 
 PROBE = """
-import json, os, sys, time
+import json, os, sys, tempfile, time
 print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "env": os.environ.get("PROBE_VALUE"),
-                  "path0": sys.path[0], "stdin": sys.stdin.read()}), flush=True)
+                  "path0": sys.path[0], "stdin": sys.stdin.read(), "tmp": tempfile.gettempdir()}), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 if "--child" in sys.argv:  # a grandchild that would outlive its parent unless the group is killed
     import subprocess
@@ -36,7 +36,8 @@ def probe(tmp_path):
 
 @pytest.mark.parametrize("warm", [True, False], ids=["forked", "fresh"])
 def test_a_child_gets_its_argv_directory_environment_and_files(probe, tmp_path, warm, monkeypatch):
-    env = {**os.environ, "PROBE_VALUE": "from the caller"}
+    (tmp_path / "own tmp").mkdir()  # TMPDIR too: the forkserver has long chosen its temporary directory
+    env = {**os.environ, "PROBE_VALUE": "from the caller", "TMPDIR": str(tmp_path / "own tmp")}
     if not warm:  # outside every warm() block, as `rlconform audit` runs
         monkeypatch.setitem(launch._state, "depth", 0)
     with launch.warm() if warm else contextlib.nullcontext():
@@ -46,7 +47,8 @@ def test_a_child_gets_its_argv_directory_environment_and_files(probe, tmp_path, 
         assert proc.wait(60) == 7 and proc.returncode == 7
 
     got = json.loads((tmp_path / "out.txt").read_text().splitlines()[0])
-    assert got == {"argv": ["a b", "7"], "cwd": str(probe), "env": "from the caller", "path0": str(probe), "stdin": ""}
+    assert got == {"argv": ["a b", "7"], "cwd": str(probe), "env": "from the caller", "path0": str(probe), "stdin": "",
+                   "tmp": str(tmp_path / "own tmp")}
     assert (tmp_path / "err.txt").read_text() == "to stderr\n"
 
 

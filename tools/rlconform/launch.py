@@ -23,6 +23,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -123,6 +124,7 @@ def _child_main(module: str, argv: list[str], cwd: str, env: dict[str, str], std
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # the forkserver's cached choice: a fresh interpreter reads the child's TMPDIR
     sys.path.insert(0, cwd)  # what ``python -m`` puts first
     sys.argv = [module, *argv]  # argv[0] becomes the module's file, as with ``python -m``
     runpy.run_module(module, run_name="__main__", alter_sys=True)
