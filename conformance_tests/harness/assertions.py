@@ -59,6 +59,8 @@ def assert_dtype(got: Any, dtype: torch.dtype, clause: str, what: str = "") -> N
         for i, v in enumerate(got):
             assert_dtype(v, dtype, clause, f"{what}[{i}]")
         return
+    if isinstance(got, (np.ndarray, np.generic)):  # never a contract type: a numpy result carries no gradient
+        fail(clause, f"a numpy {got.dtype} result", f"a {str(dtype).replace('torch.', '')} tensor", what)
     if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != dtype:
         fail(clause, f"a {str(got.dtype).replace('torch.', '')} result",
              f"{str(dtype).replace('torch.', '')}, the dtype of the inputs", what)

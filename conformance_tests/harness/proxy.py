@@ -173,17 +173,24 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
     handed = [v if n in updated else _hand(_to_device(v)) for n, v in zip(names, [*args, *kwargs.values()])]
     handed_args, handed_kwargs = tuple(handed[:len(args)]), dict(zip(kwargs, handed[len(args):]))
     before = {n: _fingerprint(v) for n, v in zip(names, handed) if n not in updated}
+    settings = _global_settings()
     try:
         out = _run_within_deadline(fn, name, handed_args, handed_kwargs)
         state._STATE["last_result"] = (name, _describe_result(out))
     except NotApplicable as e:
         _declared_not_applicable(name, e)
-    except Exception as e:  # noqa: BLE001 - any exception from the implementation is an error
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any exception from the implementation is an error
         if not wrap_errors:
             raise
         err = f"{describe_call((name, args, kwargs))} raised {type(e).__name__}: {e}"
         _note_failure("error", err)
         raise ImplementationError(err) from e
+    finally:
+        changed = _restore_global_settings(settings)
+    if changed:
+        fail(_clause_tag(), f"{name} left {', '.join(changed)}", "every process-wide setting as the call found it",
+             "later calls, the caller's training loop included, would run under the changed setting")
+    _check_result_type(name, out)
     _check_outputs(name, out)
     for arg_name, h in zip(names, handed):
         where = arg_name in before and _changed(_fingerprint(h), before[arg_name], arg_name)
@@ -195,6 +202,62 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
             _note_failure("fail", msg)
             raise InputMutated(msg)
     return out
+
+
+def _flushes_denormals() -> bool:
+    """torch.set_flush_denormal has no getter: a subnormal double reads as zero while it is on."""
+    return bool(torch.tensor([1e-323], dtype=torch.float64, device="cpu")[0] == 0)
+
+
+# Process-wide settings an operation could change and leave for every later call: (read, restore).
+_SETTINGS = {
+    "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "the default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+    "anomaly detection": (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+    "denormal flushing": (_flushes_denormals, torch.set_flush_denormal),
+    "numpy's floating-point error handling": (np.geterr, lambda v: np.seterr(**v)),
+}
+
+
+def _global_settings() -> dict[str, Any]:
+    return {what: read() for what, (read, _) in _SETTINGS.items()}
+
+
+def _restore_global_settings(before: dict[str, Any]) -> list[str]:
+    """Put back every setting the call changed (the rest of the test must not inherit it); what it changed."""
+    changed = []
+    for what, (read, restore) in _SETTINGS.items():
+        now = read()
+        if now != before[what]:
+            restore(before[what])
+            changed.append(f"{what} {now!r} (it was {before[what]!r})")
+    return changed
+
+
+@functools.lru_cache(maxsize=None)
+def _return_annotation(name: str) -> str | None:
+    fam, _, op = name.partition(".")
+    try:
+        ret = inspect.signature(getattr(contract.protocol(fam), op)).return_annotation
+    except (AttributeError, ImportError, TypeError, ValueError):
+        return None
+    return ret if isinstance(ret, str) else getattr(ret, "__name__", str(ret))
+
+
+def _check_result_type(name: str, out: Any) -> None:
+    """A result the contract types as a Tensor (or a tuple of them) must be one: a numpy array or a Python
+    number has the right values and breaks every caller that differentiates or stays on the device."""
+    ret = _return_annotation(name)
+    if ret == "Tensor":
+        wrong = None if isinstance(out, torch.Tensor) else _describe_result(out)
+    elif m := re.fullmatch(r"tuple\[(Tensor(?:, Tensor)*)\]", ret):
+        n = m.group(1).count("Tensor")
+        ok = isinstance(out, (tuple, list)) and len(out) == n and all(isinstance(v, torch.Tensor) for v in out)
+        wrong = None if ok else _describe_result(out)
+    else:
+        return
+    if wrong:
+        fail(_clause_tag(), f"{name} returned {wrong}", f"{ret}, the contract's return type")
 
 
 def _check_outputs(name: str, out: Any) -> None:
@@ -247,6 +310,8 @@ def _describe_result(x: Any, depth: int = 0) -> str:
         return "a dict {" + ", ".join(f"{k!r}: {_describe_result(v, depth + 1)}" for k, v in list(x.items())[:6]) + "}"
     if depth < 1 and isinstance(x, (list, tuple)):
         return f"a {type(x).__name__} of {len(x)} (" + ", ".join(_describe_result(v, depth + 1) for v in x[:6]) + ")"
+    if isinstance(x, np.ndarray):
+        return f"a numpy {x.dtype} array of shape {x.shape}"
     return f"a {type(x).__name__}"
 
 

@@ -90,7 +90,7 @@ def describe_call(call: tuple[str, tuple, dict]) -> str:
             if v.numel() <= 6:
                 return repr(v.detach().cpu().tolist())
             return f"<{'x'.join(map(str, v.shape))} {str(v.dtype).replace('torch.', '')}>"
-        r = repr(v)
+        r = " ".join(repr(v).split())  # one line: an optimiser's repr spans several, and a report keeps one
         return r if len(r) <= 40 else r[:37] + "..."
 
     parts = [short(a) for a in args] + [f"{k}={short(v)}" for k, v in kwargs.items()]

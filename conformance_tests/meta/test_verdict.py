@@ -979,6 +979,41 @@ def test_a_crash_in_the_code_under_test_is_that_clauses_finding_and_the_rest_sti
     assert report["summary"]["exit_code"] == 1 and report["summary"]["tests_not_run"] == 0
 
 
+def careless_impl():
+    """Three operations with the right values that a caller still cannot use: one leaves grad mode off
+    behind it, one returns a numpy array, one calls sys.exit."""
+    ref = reference_impl.make()
+
+    def ratio(new_log_prob, old_log_prob):
+        out = ref.ppo.ratio(new_log_prob, old_log_prob)
+        torch.set_grad_enabled(False)
+        return out
+
+    def value_loss(values, returns):
+        return ref.ppo.value_loss(values, returns).detach().cpu().numpy()
+
+    def gae(*args, **kwargs):
+        sys.exit(0)
+
+    return override(ref, "ppo", ratio=ratio, value_loss=value_loss, gae=gae)
+
+
+def test_an_op_that_leaves_a_setting_changed_returns_numpy_or_exits_is_blamed_alone():
+    """Each is its own clause's finding, naming the op; the reference's ops the later tests call (the clipped
+    loss needs grad mode on) still pass: the harness put the setting back."""
+    report = clause_report(run_suite(f"{HERE}:careless_impl",
+                                     clauses=["PPO-RATIO-1", "PPO-LOSS-1", "PPO-LOSS-2", "PPO-GAE-1"]))
+    by = {c["id"]: c for c in report["clauses"]}
+    assert by["PPO-RATIO-1"]["status"] == "fail"
+    assert "ppo.ratio left grad mode False (it was True)" in by["PPO-RATIO-1"]["message"]
+    assert by["PPO-LOSS-1"]["status"] == "pass", by["PPO-LOSS-1"].get("message")
+    assert by["PPO-LOSS-2"]["status"] == "fail"
+    assert "ppo.value_loss returned a numpy float" in by["PPO-LOSS-2"]["message"]
+    gae = by["PPO-GAE-1"]
+    assert (gae["status"], gae["severity"]) == ("error", "critical") and "raised SystemExit" in gae["message"]
+    assert "ppo.gae(" in gae["message"]
+
+
 def plain_zscore_macro_trained_in_float32():
     """GRPO's group z-score without the degenerate-group rule, from a library that trains in float32: in
     float64 an all-equal group gives a residue; in float32 it gives advantages near ±1."""
