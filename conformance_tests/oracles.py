@@ -29,14 +29,21 @@ def huber(x: np.ndarray, delta: float = 1.0) -> np.ndarray:
     return np.where(a <= delta, 0.5 * x**2, delta * (a - 0.5 * delta))
 
 
-KINK_ATOL = 1e-12  # a ratio this close to 1 ± ε counts as on the kink
+KINK_ATOL = 1e-12  # a float64 ratio this close to 1 ± ε counts as on the kink
 
 
-def clipped_surrogate_slope(rho: float, a: float, eps: float, side: int = 0) -> float:
+def kink_atol(machine_eps: float) -> float:
+    """How close a ratio read back from inputs of that dtype (its machine epsilon) counts as on a kink: a float32
+    1 − ε is 1e-8 off, and a log-ratio kink exponentiated from float32 log-probs drifts a few ulps more."""
+    return max(KINK_ATOL, 64 * machine_eps)
+
+
+def clipped_surrogate_slope(rho: float, a: float, eps: float, side: int = 0, *, atol: float = KINK_ATOL) -> float:
     """d/dρ of min(ρA, clip(ρ, 1 − ε, 1 + ε)A): A where the unclipped product is the minimum, 0 where the
-    clipped (constant) one is. On a kink, ``side`` (−1 left, +1 right) says which piece the point belongs to."""
+    clipped (constant) one is. On a kink (within ``atol``), ``side`` (−1 left, +1 right) says which piece the
+    point belongs to."""
     lo, hi = 1 - eps, 1 + eps
-    at_lo, at_hi = abs(rho - lo) < KINK_ATOL, abs(rho - hi) < KINK_ATOL
+    at_lo, at_hi = abs(rho - lo) < atol, abs(rho - hi) < atol
     if (rho < lo and not at_lo) or (at_lo and side < 0):
         return a if a > 0 else 0.0  # clip pins ρ at 1 − ε; the minimum keeps ρA only when A > 0
     if (rho > hi and not at_hi) or (at_hi and side > 0):

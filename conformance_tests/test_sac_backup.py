@@ -85,16 +85,21 @@ def _np_top_p_row(p_row, q1, q2, ids, alpha):
     return value, d_pi, d_q
 
 
-def _np_top_p_value(pn, q1, q2, mn, alpha, p, band=0.0, got=None):
+def _np_top_p_value(pn, q1, q2, mn, alpha, p, band=0.0, got=None, got_d_pi=None):
     """SAC-TOPP-3 oracle per row: brute-force set, renormalise, Σ π_p (min q − α log π_p); also the
     gradients dV/dπ = (q − α log π_p − V)/Z and dV/dq_min = π_p on the set (0 elsewhere). Where ``band``
-    lets a row's set take several sizes (sums that are not exact), the size whose value is nearest
-    ``got`` (the implementation's values) is the one compared."""
+    lets a row's set take several sizes (sums that are not exact), the size nearest the implementation's
+    values ``got`` and, when given, its gradient in π ``got_d_pi`` is the one compared (an action of
+    near-zero mass moves the value by nothing, and its gradient by a lot)."""
     value, d_pi, d_q = np.zeros(pn.shape[0]), np.zeros_like(pn), np.zeros_like(pn)
+
+    def distance(o, b):
+        return abs(o[0] - got[b]) + (0.0 if got_d_pi is None else float(np.abs(o[1] - got_d_pi[b]).max()))
+
     for b in range(pn.shape[0]):
         ranked, lo, hi = _np_top_p_bounds(pn[b], mn[b], p, band)
         options = [_np_top_p_row(pn[b], q1[b], q2[b], ranked[:k], alpha) for k in range(max(lo, 1), max(hi, 1) + 1)]
-        best = min(options, key=lambda o: abs(o[0] - got[b])) if got is not None else options[0]
+        best = min(options, key=lambda o: distance(o, b)) if got is not None else options[0]
         value[b], d_pi[b], d_q[b] = best
     return value, d_pi, d_q
 
@@ -304,12 +309,13 @@ def test_top_p_soft_value_and_gradient_match_the_loop(sac, case):
     probs, q1, q2, mask, alpha, p = case
     probs, q1, q2 = (t.clone().requires_grad_(True) for t in (probs, q1, q2))
     got = sac.top_p_soft_value(probs, q1, q2, mask, alpha=alpha, p=p)
+    got.sum().backward()
     pn, q1n, q2n = (np_(t).astype(np.float64) for t in (probs, q1, q2))
     value, d_pi, d_q = _np_top_p_value(pn, q1n, q2n, np_(mask), alpha, p, band=_exact_sum_band(probs, pn),
-                                       got=np_(got.detach()).astype(np.float64))
+                                       got=np_(got.detach()).astype(np.float64),
+                                       got_d_pi=np_(probs.grad).astype(np.float64))
     scale = _value_scale(q1, q2, alpha, pn.shape[-1])
     assert_close(got.detach() / scale, value / scale, "SAC-TOPP-3", what="value / scale")
-    got.sum().backward()
     assert_close(probs.grad / scale, d_pi / scale, "SAC-TOPP-3", approx="gradient", what="dV/dpi / scale")
     # min(q1, q2) may split a tie between the critics, but the two gradients add up to π_p
     assert_close(q1.grad + q2.grad, d_q, "SAC-TOPP-3", approx="gradient", what="dV/dq1 + dV/dq2")

@@ -189,10 +189,10 @@ def entropy_batches(draw):
 @given(entropy_batches(), st.floats(-3.0, 0.5), st.floats(1e-5, 1e-2))
 def test_temperature_moves_with_the_entropy_deficit(sac, hb, log_alpha, lr):
     h, ht = hb
-    la = torch.tensor(log_alpha, dtype=torch.float64)
+    la = torch.tensor(log_alpha, dtype=h.dtype)  # log α in the entropies' dtype: one working dtype per call
     got = sac.temperature_update(la, h, ht, lr=lr)
     deficit = float(np.mean(np_(ht) - np_(h)))
-    assert_close(got, _after_update(log_alpha + lr * deficit), "SAC-TEMP-1")
+    assert_close(got, _after_update(float(la) + lr * deficit), "SAC-TEMP-1")
 
 
 @pytest.mark.clause("SAC-TEMP-1")
@@ -230,9 +230,10 @@ def test_one_sgd_step_on_temperature_loss_raises_alpha_on_deficit(sac):
 @given(entropy_batches(), st.floats(-12.0, 3.0), st.floats(1e-3, 10.0))
 def test_alpha_is_clamped_to_range(sac, hb, log_alpha, lr):
     h, ht = hb
-    got = sac.temperature_update(torch.tensor(log_alpha, dtype=torch.float64), h, ht, lr=lr)
+    la = torch.tensor(log_alpha, dtype=h.dtype)  # log α in the entropies' dtype: one working dtype per call
+    got = sac.temperature_update(la, h, ht, lr=lr)
     deficit = float(np.mean(np_(ht) - np_(h)))
-    assert_close(got, _after_update(log_alpha + lr * deficit), "SAC-TEMP-3")
+    assert_close(got, _after_update(float(la) + lr * deficit), "SAC-TEMP-3")
     if convention("alpha_clamp") == "after_step":
         a, lo, hi = math.exp(float(got)), 1e-4, 2.0
         within = lo - slack("SAC-TEMP-3", lo) <= a <= hi + slack("SAC-TEMP-3", hi)  # rounding of the dtype
@@ -315,7 +316,7 @@ def test_bc_loss_is_mean_nll_over_demo_rows_only(sac, batch, kw):
     assert_close(got, expected, "SAC-BC-1")
     # changing agent rows must not change the loss
     shuffled = logp.clone()
-    shuffled[~is_demo] = torch.log_softmax(torch.randn_like(shuffled[~is_demo], dtype=torch.float64), -1)
+    shuffled[~is_demo] = torch.log_softmax(torch.randn_like(shuffled[~is_demo]), -1)
     assert_close(sac.bc_loss(shuffled, actions, is_demo, lam=lam), expected, "SAC-BC-1", what="agent rows changed")
 
 

@@ -79,7 +79,8 @@ def test_masked_softmax_of_a_large_vocabulary_in_float64(sac, actions):
 @given(st_.logits_and_masks(), st.floats(-1e3, 1e3))
 def test_masked_softmax_is_shift_invariant(sac, zm, c):
     z, mask = zm
-    assert_close(sac.masked_softmax(z + c, mask), to_numpy(sac.masked_softmax(z, mask)), "SAC-MASK-1")
+    zc = z + c  # in float32 the shift itself rounds z by up to 6e-5: compare with the softmax of what was passed
+    assert_close(sac.masked_softmax(zc, mask), to_numpy(sac.masked_softmax(zc - c, mask)), "SAC-MASK-1")
 
 
 @pytest.mark.clause("SAC-MASK-1")

@@ -225,7 +225,7 @@ def reward_terms(draw):
     n = draw(st.integers(1, 12))
     cov = draw(st_.tensors((n,), lo=-3, hi=3))
     nce = draw(st_.tensors((n,), lo=-3, hi=3))
-    gar = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)), dtype=torch.float64)
+    gar = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)), dtype=cov.dtype)
     ill = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     return cov, nce, gar, ill
 

@@ -24,7 +24,7 @@ from conformance_tests import contract, simdevice
 from conformance_tests.errors import NotApplicable
 from conformance_tests.options import KILLED_OPS_VAR
 from conformance_tests.harness import state
-from conformance_tests.harness.capabilities import capability, masks_supported, pinned
+from conformance_tests.harness.capabilities import capability, masks_supported, pinned, supports_dtype
 from conformance_tests.harness.device import _to_device, _to_numpy, host, map_leaves, named_leaves
 from conformance_tests.harness.failures import _fmt, fail
 from conformance_tests.harness.fingerprints import _changed, _fingerprint, _hand, _snapshot
@@ -182,6 +182,9 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
     except (Exception, SystemExit) as e:  # noqa: BLE001 - any exception from the implementation is an error
         if not wrap_errors:
             raise
+        if undeclared := _undeclared_dtypes(args, kwargs):  # refusing what it never claimed is its right
+            _declared_not_applicable(name, NotApplicable(f"it raised {type(e).__name__} on {undeclared} input, "
+                                                         "a dtype it does not declare (capabilities['dtypes'])"))
         err = f"{describe_call((name, args, kwargs))} raised {type(e).__name__}: {e}"
         _note_failure("error", err)
         raise ImplementationError(err) from e
@@ -202,6 +205,13 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
             _note_failure("fail", msg)
             raise InputMutated(msg)
     return out
+
+
+def _undeclared_dtypes(args: tuple, kwargs: dict) -> str:
+    """The floating dtypes among a call's tensors that the implementation does not declare, as text."""
+    found = {str(v.dtype).replace("torch.", "") for _, v in named_leaves((args, kwargs))
+             if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    return "/".join(sorted(d for d in found if not supports_dtype(d)))
 
 
 def _flushes_denormals() -> bool:
@@ -257,7 +267,8 @@ def _check_result_type(name: str, out: Any) -> None:
     else:
         return
     if wrong:
-        fail(_clause_tag(), f"{name} returned {wrong}", f"{ret}, the contract's return type")
+        fail(_clause_tag(), f"{name} returned {wrong}", f"{ret}, the contract's return type",
+             f"The contract: {name} {contract_return(name)}")
 
 
 def _check_outputs(name: str, out: Any) -> None:
