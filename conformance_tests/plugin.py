@@ -20,14 +20,21 @@ import pytest
 
 from conformance_tests.options import OPTIONS, dest
 
-# ``rlconform audit`` runs this pytest in a temporary directory, perhaps forked from a server that started
-# before the caller's PYTHONPATH was known: it passes the caller's import path (its working directory and
-# PYTHONPATH, absolute) here, so an ``--impl`` module the caller can import, the child can import too.
-for _entry in reversed([e for e in os.environ.get("RLCONFORM_IMPORT_PATH", "").split(os.pathsep) if e]):
-    if _entry not in sys.path:
-        sys.path.insert(1, _entry)
+
+def _add_callers_import_path() -> None:
+    """``rlconform audit`` runs this pytest in a temporary directory, perhaps forked from a server that started
+    before the caller's PYTHONPATH was known: it passes the caller's import path (its working directory and
+    PYTHONPATH, absolute) in RLCONFORM_IMPORT_PATH, so an ``--impl`` module the caller can import, the child can
+    import too. Added per session, after start-up (as ``python -m`` adds its directory): a module imported by a
+    forkserver ran its top level there, and a directory on PYTHONPATH is searched while the interpreter starts,
+    where a harmless ``types.py`` in it would shadow the standard library's."""
+    for entry in reversed([e for e in os.environ.get("RLCONFORM_IMPORT_PATH", "").split(os.pathsep) if e]):
+        if entry not in sys.path:
+            sys.path.insert(1, entry)
+
 
 def pytest_addoption(parser):
+    _add_callers_import_path()  # the first hook of every session (xdist workers' too), before the pre-flight
     group = parser.getgroup("rlconform", "rlconform conformance suite")
     for name, _, kw in OPTIONS:
         group.addoption(f"--rlconform-{name}", dest=dest(name), **kw)

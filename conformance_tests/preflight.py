@@ -3,11 +3,12 @@
 Import the module, find and call the factory, check every provided operation's signature against
 the contract Protocols, and check that the device exists. Each failure is one message (the
 factory's own exception with its traceback, once), never hundreds of identical test errors.
-``rlconform audit`` exits 3 on a failed pre-flight; ``pytest --impl`` reports one collection error.
+``rlconform audit`` exits 3 on a failed pre-flight; ``pytest --impl`` stops with one usage error (exit 4).
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import inspect
 import os
@@ -53,17 +54,40 @@ class Preflight:
 def _import(mod_name: str, value: str):
     try:
         return importlib.import_module(mod_name)
+    except KeyboardInterrupt:
+        raise
     except ModuleNotFoundError as e:
         if e.name and (mod_name == e.name or mod_name.startswith(e.name + ".")):
             raise PreflightError(f"--impl {value!r}: no module named {e.name!r} (is the package installed in this "
                                  f"environment, or its directory on PYTHONPATH?)") from None
         raise PreflightError(f"--impl {value!r}: importing {mod_name!r} failed:\n{_tb(e)}") from None
-    except Exception as e:  # noqa: BLE001 - the user's module code raised while importing
-        raise PreflightError(f"--impl {value!r}: importing {mod_name!r} raised:\n{_tb(e)}") from None
+    except BaseException as e:  # noqa: BLE001 - the user's module code raised while importing; a sys.exit() there
+        # too, which would otherwise end the audit with the module's exit code (0: a pass) and no report
+        raise PreflightError(f"--impl {value!r}: importing {mod_name!r} raised {_what(e)}:\n{_tb(e)}") from None
+
+
+def _what(e: BaseException) -> str:
+    if isinstance(e, SystemExit):  # never the verdict: the suite's process must go on to report
+        return f"SystemExit({e.code!r}) (sys.exit() in the implementation's code; it must raise, never exit)"
+    return type(e).__name__
+
+
+def read_attr(obj: Any, name: str, value: str, where: str = "impl", default: Any = None) -> Any:
+    """``getattr(obj, name, default)``, where a property or ``__getattr__`` that raises is the implementation's
+    error, named with the attribute, never an internal error of the suite."""
+    try:
+        return getattr(obj, name, default)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the implementation's own code ran
+        raise PreflightError(f"--impl {value!r}: reading {where}.{name} raised {_what(e)}:\n{_tb(e)}") from None
 
 
 def _tb(e: BaseException) -> str:
     return "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-8)).rstrip()
+
+
+_MISSING = object()
 
 
 def build(value: str | None) -> Any:
@@ -73,17 +97,21 @@ def build(value: str | None) -> Any:
     if not sep or not mod_name or not attr:
         raise PreflightError(f"--impl expects 'module:factory', got {value!r}")
     factory = _import(mod_name, value)
+    where = mod_name
     for part in attr.split("."):
-        if not hasattr(factory, part):
+        factory = read_attr(factory, part, value, where=where, default=_MISSING)
+        where = f"{where}.{part}"
+        if factory is _MISSING:
             raise PreflightError(f"--impl {value!r}: module {mod_name!r} has no attribute {attr!r}")
-        factory = getattr(factory, part)
     if not callable(factory):
         raise PreflightError(f"--impl {value!r}: {attr!r} is a {type(factory).__name__}, not a callable factory")
     try:
         impl = factory()
-    except Exception as e:  # noqa: BLE001 - shown once, with its traceback
-        raise PreflightError(f"--impl {value!r}: the factory raised {type(e).__name__}:\n{_tb(e)}") from None
-    if not any(getattr(impl, fam, None) is not None for fam in contract.FAMILIES):
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - shown once, with its traceback; a sys.exit() too (see _import)
+        raise PreflightError(f"--impl {value!r}: the factory raised {_what(e)}:\n{_tb(e)}") from None
+    if not any(read_attr(impl, fam, value) is not None for fam in contract.FAMILIES):
         raise PreflightError(f"--impl {value!r}: the factory returned a {type(impl).__name__} with none of the "
                              f"family attributes {', '.join(contract.FAMILIES)}")
     return impl
@@ -128,15 +156,16 @@ def _where(fn: Any) -> str:
         return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def check_signatures(impl: Any, families: Iterable[str]) -> dict[str, list[str]]:
+def check_signatures(impl: Any, families: Iterable[str], value: str = "") -> dict[str, list[str]]:
     """family -> provided contract ops; PreflightError listing every op whose signature does not fit."""
     provided, problems = {}, []
     for fam in families:
-        ns = getattr(impl, fam, None)
+        ns = read_attr(impl, fam, value)
         if ns is None:
             continue
-        provided[fam] = [op for op in contract.op_names(fam) if getattr(ns, op, None) is not None]
-        problems += [p for op in provided[fam] if (p := signature_problem(fam, op, getattr(ns, op)))]
+        ops = {op: fn for op in contract.op_names(fam) if (fn := read_attr(ns, op, value, f"impl.{fam}")) is not None}
+        provided[fam] = list(ops)
+        problems += [p for op, fn in ops.items() if (p := signature_problem(fam, op, fn))]
     if problems:
         raise PreflightError("operations whose signature does not fit the contract:\n  " + "\n  ".join(problems))
     return provided
@@ -221,6 +250,10 @@ def check_capabilities(caps: Any, value: str) -> None:
     if bad or ("dtypes" in caps and not caps["dtypes"]):
         raise PreflightError(f"--impl {value!r}: capabilities['dtypes'] must name some of "
                              f"{', '.join(CAPABILITY_DTYPES)}, got {caps['dtypes']!r}")
+    for cap in ("masks", "terminated_truncated", "errors_name_clauses"):  # a string "no" would read as True
+        if cap in caps and not isinstance(caps[cap], bool):
+            raise PreflightError(f"--impl {value!r}: capabilities[{cap!r}] must be True or False, got {caps[cap]!r}")
+    check_differentiable(caps.get("differentiable", True), value)
     td = caps.get("train_dtype")
     if td is not None and td not in CAPABILITY_DTYPES:
         raise PreflightError(f"--impl {value!r}: capabilities['train_dtype'] must be one of "
@@ -245,6 +278,23 @@ def check_capabilities(caps: Any, value: str) -> None:
                 raise PreflightError(f"--impl {value!r}: capabilities['conventions_by_clause'][{cid!r}][{name!r}] = "
                                      f"{declared!r} is not an allowed value ({conv.allowed})")
     check_per_op(caps, value)
+
+
+def check_differentiable(decl: Any, value: str) -> None:
+    """True, False, or a list of the ops ("family.op") whose outputs carry a gradient: a misspelt op would
+    silently be declared without one, and its gradient checks would not run."""
+    if isinstance(decl, bool):
+        return
+    if isinstance(decl, (str, bytes)) or not isinstance(decl, (list, tuple, set, frozenset)):
+        raise PreflightError(f"--impl {value!r}: capabilities['differentiable'] must be True, False or a list of "
+                             f"ops (\"family.op\", e.g. \"ppo.value_loss\"), got {decl!r}")
+    known = [f"{fam}.{op}" for fam in contract.FAMILIES for op in contract.op_names(fam)]
+    for op in decl:
+        if op not in known:
+            near = difflib.get_close_matches(str(op), known, n=1)
+            raise PreflightError(f"--impl {value!r}: capabilities['differentiable'] names {op!r}, not a contract op "
+                                 "(\"family.op\", e.g. \"ppo.value_loss\")"
+                                 + (f"; did you mean {near[0]!r}?" if near else ""))
 
 
 def check_per_op(caps: dict, value: str) -> None:
@@ -278,13 +328,13 @@ def run(value: str | None, *, device: str = "cpu", families: Iterable[str] | Non
     value = resolve_impl_string(value)
     impl = build(value)
     fams = list(families) if families else list(contract.FAMILIES)
-    if not any(getattr(impl, f, None) is not None for f in fams):
+    if not any(read_attr(impl, f, value) is not None for f in fams):
         raise PreflightError(f"--impl {value!r} provides none of the audited families ({', '.join(fams)})")
-    ops = check_signatures(impl, fams)
-    check_capabilities(getattr(impl, "capabilities", None), value)
+    ops = check_signatures(impl, fams, value)
+    check_capabilities(read_attr(impl, "capabilities", value), value)
     check_device(device)
     factory_module = sys.modules.get(value.partition(":")[0])
-    return Preflight(value, impl, getattr(impl, "name", None), _str(getattr(impl, "version", None)),
+    return Preflight(value, impl, read_attr(impl, "name", value), _str(read_attr(impl, "version", value)),
                      git_commit(factory_module), ops)
 
 

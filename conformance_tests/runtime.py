@@ -206,7 +206,8 @@ class RlconformRun:
     # ------------------------------------------------------------------ collection
     @pytest.hookimpl(hookwrapper=True)
     def pytest_make_collect_report(self, collector):
-        """A failed pre-flight is ONE collection error (on the first test module); no test runs."""
+        """A failed pre-flight that pytest_sessionstart could not stop (the suite activated late, by its conftest
+        during collection, or in an xdist worker) is ONE collection error, on the first test module; no test runs."""
         outcome = yield
         if not self.preflight_error or not isinstance(collector, pytest.Module):
             return
@@ -280,11 +281,18 @@ class RlconformRun:
                 "meta": any(True for _ in item.iter_markers("meta")), "outcome": None}
 
     # ------------------------------------------------------------------ running
-    @pytest.hookimpl(trylast=True)
+    @pytest.hookimpl(tryfirst=True)  # a failed pre-flight stops the run before xdist starts its workers
     def pytest_sessionstart(self, session):
-        """Under ``rlconform audit``, a fatal signal (a segfault in the code under test) writes the Python
-        stack to the audit's file, after pytest's own faulthandler set-up, so the crash report shows the
-        user's frames whole instead of the cut tail of a log."""
+        """A failed pre-flight is one usage error naming the implementation, before anything is collected
+        (reported on a test module, it read as that module's fault), and never a pass (exit 4).
+
+        Under ``rlconform audit``, a fatal signal (a segfault in the code under test) writes the Python
+        stack to the audit's file, after pytest's own faulthandler set-up (at configure), so the crash report
+        shows the user's frames whole instead of the cut tail of a log."""
+        if self.preflight_error and not self.worker:
+            self._preflight_reported = True
+            self._emit(event="preflight", error=self.preflight_error)
+            raise pytest.UsageError(f"rlconform pre-flight: the implementation cannot be run\n{self.preflight_error}")
         path = os.environ.get("RLCONFORM_FAULT_LOG")
         if path:
             import faulthandler
@@ -444,7 +452,7 @@ class RlconformRun:
         fams = self.families or [f for f in spec.families]
         versions = ", ".join(f"{f} {spec.families[f].version}" for f in fams if f in spec.families)
         named = (f"{self.info.get('impl_name') or '?'} {self.info.get('impl_version') or '?'}"
-                 if not self.preflight_error else "cannot be run (see the collection error)")
+                 if not self.preflight_error else "cannot be run (see the pre-flight error)")
         return [f"rlconform: impl={self.impl} ({named}) device={self.device} profile={self.profile} seed={self.seed}",
                 f"rlconform: spec {versions}"]
 

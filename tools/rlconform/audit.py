@@ -89,12 +89,17 @@ def import_path() -> list[str]:
 
 def child_env() -> dict[str, str]:
     """The caller's environment without what would reconfigure the child's pytest, plus the caller's
-    import path (:func:`import_path`)."""
+    import path (:func:`import_path`). That path reaches the child through :data:`IMPORT_PATH_VAR`, which
+    the plugin adds to ``sys.path`` once the interpreter has started, as ``python -m`` adds the working
+    directory: on ``PYTHONPATH`` the caller's directory would come before the standard library while the
+    interpreter starts, and a ``types.py`` there would kill it."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
-    env["PYTHONPATH"] = os.pathsep.join(import_path())
-    env[IMPORT_PATH_VAR] = env["PYTHONPATH"]
+    pythonpath = [os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if pythonpath:  # the caller's own, absolute (the child runs elsewhere): its interpreter started with it too
+        env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    env[IMPORT_PATH_VAR] = os.pathsep.join(import_path())
     return env
 
 
@@ -290,7 +295,8 @@ def run_suite(
         "tests": state.tests, "preflight_error": state.preflight_error,
         "expectations": load_expectations(expectations, default_spec().clauses),
         "unmatched_expectations": state.info.get("unmatched_expectations", []),
-        "interrupted": interrupted or bool(fin.get("interrupted")) and not hung,
+        # the child stopped by the watchdog (a hang) or for the budget reports itself interrupted: neither was a stop
+        "interrupted": interrupted or (bool(fin.get("interrupted")) and not hung and not budget_exhausted),
         "budget_exhausted": budget_exhausted, "hung": hung, "crashed": crashed, "crash_limited": crash_limited,
         "pytest_exit": fin.get("exitstatus"),
         "started": started, "finished": time.time(), "log_tail": log_text[-3000:],
@@ -553,13 +559,14 @@ def clause_report(payload: dict, spec: Spec | None = None) -> dict:
 def exit_code(report: dict) -> tuple[int, str]:
     """The audit's exit code and its one-line reason (README, "Exit codes")."""
     info, s = report["run_info"], report["summary"]
+    if info.get("budget_exhausted"):  # before "interrupted": the budget stops the child as Ctrl-C would
+        return EXIT_SUITE, (f"the time budget (--budget) ran out: {s['tests_not_run']} test(s) never ran, "
+                            "so no verdict")
     if info.get("interrupted"):
         return EXIT_SUITE, f"interrupted: {s['tests_not_run']} test(s) never ran, so no verdict"
     if info.get("crash_limited"):
         return EXIT_SUITE, (f"the implementation killed the test process {MAX_CRASHES} times; {s['tests_not_run']} "
                             f"test(s) never ran, so no verdict (the crashes are findings below)")
-    if info.get("budget_exhausted"):
-        return EXIT_SUITE, f"time budget exhausted: {s['tests_not_run']} test(s) never ran, so no verdict"
     if s["tests_executed"] == 0:
         return EXIT_SUITE, "no clause test was executed (everything selected is not applicable), so no verdict"
     should = s.get("should_failed") or []

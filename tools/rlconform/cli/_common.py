@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -22,8 +23,12 @@ def writable_dir(path: str, flag: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"{flag} {path}: cannot create the directory ({e.strerror})") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: the directory is not writable")
+    try:  # a file actually made: os.access says yes to root on a read-only mount, /proc or /sys
+        fd, probe = tempfile.mkstemp(prefix=".rlconform-write-check-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: the directory is not writable ({e.strerror})") from None
     return out
 
 

@@ -104,8 +104,9 @@ def run(args, rest) -> int:
     payload.update(pf.info())
     report = audit.clause_report(payload)
     rj, cm = audit.write_report(report, out)  # first: a closed pipe (`| tee` after Ctrl-C) must not lose it
-    if payload.get("interrupted"):
-        print(f"rlconform audit: stopped; the partial report is in {rj} (exit {audit.EXIT_SUITE})", file=sys.stderr)
+    if payload.get("interrupted") or payload.get("budget_exhausted"):
+        why = "the --budget ran out" if payload.get("budget_exhausted") else "stopped"
+        print(f"rlconform audit: {why}; the partial report is in {rj} (exit {audit.EXIT_SUITE})", file=sys.stderr)
     print_or_drop(audit.render_checklist(report))
     print_or_drop(f"wrote {rj} and {cm} (pytest output: {out / 'pytest.log'})")
     return report["summary"]["exit_code"]
