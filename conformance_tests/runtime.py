@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conformance_tests import harness, preflight, simdevice
+from conformance_tests import crashes, harness, preflight, simdevice
 
 try:
     from builtins import BaseExceptionGroup as _ExceptionGroup
@@ -293,7 +293,7 @@ class RlconformRun:
             self._preflight_reported = True
             self._emit(event="preflight", error=self.preflight_error)
             raise pytest.UsageError(f"rlconform pre-flight: the implementation cannot be run\n{self.preflight_error}")
-        path = os.environ.get("RLCONFORM_FAULT_LOG")
+        path = crashes.own_path(crashes.FAULT_LOG_VAR)
         if path:
             import faulthandler
 
@@ -416,6 +416,8 @@ class RlconformRun:
         if not (report.when == "call" or report.failed or report.skipped):
             return
         extra = props.get(_PROP + "_result") or {}
+        if crashed := _worker_crash(report):  # the code under test killed an xdist worker: its finding, in full
+            extra = {"status": "error", "severity": "critical", "message": crashed}
         status = _classify(report, extra)
         # a teardown error after a passing call still counts: the first non-pass wins
         if status in ("fail", "error", "timeout"):
@@ -543,3 +545,18 @@ def deviation_lines(tests: dict[str, dict]) -> list[str]:
 
 def _csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+_WORKER_CRASHED = re.compile(r"worker '(?P<worker>[\w-]+)' crashed while running")
+
+
+def _worker_crash(report) -> str | None:
+    """xdist's report of a worker that died inside a test (a segfault, os._exit in the code under test), as the
+    serial audit words a crash: the call the worker was making and its frames, not xdist's header line."""
+    text = getattr(report, "longreprtext", None) or str(report.longrepr or "")
+    m = _WORKER_CRASHED.search(text) if report.failed else None
+    if not m:
+        return None
+    lines = [f"the test process (xdist worker {m['worker']}) died inside {report.nodeid}: the implementation "
+             "crashed it"]
+    return "\n".join(lines + crashes.details(*crashes.worker_paths(m["worker"])))

@@ -20,7 +20,7 @@ import pytest
 import torch
 from rlconform.spec import same_value
 
-from conformance_tests import contract, simdevice
+from conformance_tests import contract, crashes, simdevice
 from conformance_tests.errors import NotApplicable
 from conformance_tests.options import KILLED_OPS_VAR
 from conformance_tests.harness import state
@@ -45,7 +45,7 @@ def _op_key(fn: Callable) -> tuple[int, int]:
 
 
 def _note_call_outside(name: str, args: tuple, kwargs: dict) -> None:
-    path = os.environ.get("RLCONFORM_CALL_LOG")
+    path = crashes.own_path(crashes.CALL_LOG_VAR)
     if not path:
         return
     if state._CALL_LOG["path"] != path:

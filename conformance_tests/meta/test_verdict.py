@@ -1014,6 +1014,18 @@ def test_an_op_that_leaves_a_setting_changed_returns_numpy_or_exits_is_blamed_al
     assert "ppo.gae(" in gae["message"]
 
 
+def test_a_crash_under_xdist_is_named_as_a_crash_with_the_workers_own_call():
+    """Under --jobs the crash kills a worker, not the run: xdist reports it with its own header. The report still
+    calls it a crash (critical, an error), with the call that worker was making and the user's frame."""
+    report = clause_report(run_suite(f"{HERE}:segfaulting_gae", clauses=["PPO-GAE-1", "PPO-LOSS-2"], jobs=2))
+    by = {c["id"]: c for c in report["clauses"]}
+    gae = by["PPO-GAE-1"]
+    assert gae["status"] == "error" and gae["severity"] == "critical", gae
+    assert "died inside" in gae["message"] and "last call: ppo.gae(" in gae["message"], gae["message"]
+    assert "in gae" in gae["message"] and not gae["message"].startswith("[gw")
+    assert by["PPO-LOSS-2"]["status"] == "pass"
+
+
 def plain_zscore_macro_trained_in_float32():
     """GRPO's group z-score without the degenerate-group rule, from a library that trains in float32: in
     float64 an all-equal group gives a residue; in float32 it gives advantages near ±1."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import conformance_tests
+from conformance_tests import crashes
 from conformance_tests.expectations import load_expectations
 from conformance_tests.layout import clause_test_files
 from conformance_tests.options import DEFAULT_TIMEOUT, KILLED_OPS_VAR
@@ -239,8 +240,8 @@ def run_suite(
                     # Hypothesis's cache in the run's directory: a forked child's default home was fixed where
                     # the forkserver started (the caller's directory)
                     env = {"HYPOTHESIS_STORAGE_DIRECTORY": str(tmp / ".hypothesis"),
-                           **child_env(), "RLCONFORM_CALL_LOG": str(tmp / "last_call.txt"),
-                           KILLED_OPS_VAR: ",".join(killed_ops), "RLCONFORM_FAULT_LOG": str(tmp / "fault.txt")}
+                           **child_env(), crashes.CALL_LOG_VAR: str(tmp / "last_call.txt"),
+                           KILLED_OPS_VAR: ",".join(killed_ops), crashes.FAULT_LOG_VAR: str(tmp / "fault.txt")}
                     proc = launch.start(args, cwd=tmp, env=env, stdout=log_file.name)
                     state.finished = None
                     reason = _watch(proc, state, events, on_event, per_test + grace if per_test else 0, started,
@@ -303,15 +304,12 @@ def run_suite(
     }
 
 
-_RUNNER_FRAMES = ("/_pytest/", "/pluggy/", "/hypothesis/", "/execnet/", "/xdist/")  # not what a crash report needs
 MAX_CRASHES = 20  # child restarts after crashes in one audit; past that the rest is reported not run
 
 
 def _last_op(tmp: Path) -> list[str]:
     """The operation the child was calling when it was killed (``family.op``, from its call log), if known."""
-    last = tmp / "last_call.txt"
-    text = last.read_text(encoding="utf-8", errors="replace").strip() if last.exists() else ""
-    name = text.split("(", 1)[0].strip()
+    name = crashes.last_call(tmp / "last_call.txt").split("(", 1)[0].strip()
     return [name] if re.fullmatch(r"[a-z]+\.[A-Za-z_][A-Za-z0-9_]*", name) else []
 
 
@@ -321,17 +319,7 @@ def _crash_message(nodeid: str, returncode: int | None, tmp: Path) -> str:
     how = (f"signal {signal.Signals(-returncode).name}" if returncode is not None and returncode < 0
            else f"exit code {returncode}")
     lines = [f"the test process died inside {nodeid} ({how}): the implementation crashed it"]
-    last = tmp / "last_call.txt"
-    if last.exists() and last.stat().st_size:
-        lines.append(f"  last call: {last.read_text(encoding='utf-8', errors='replace').strip()}")
-        last.write_text("", encoding="utf-8")
-    fault = tmp / "fault.txt"
-    if fault.exists() and fault.stat().st_size:
-        frames = [ln.strip() for ln in fault.read_text(encoding="utf-8", errors="replace").splitlines()
-                  if ln.strip().startswith("File ") and not any(k in ln for k in _RUNNER_FRAMES)]
-        lines += ["  Python stack at the crash (most recent call first):", *("    " + f for f in frames[:8])]
-        fault.write_text("", encoding="utf-8")
-    return "\n".join(lines)
+    return "\n".join(lines + crashes.details(tmp / "last_call.txt", tmp / "fault.txt"))
 
 
 def _watch(proc, state: _Run, events: Path, on_event, hang_after: float, started: float, budget) -> str:
