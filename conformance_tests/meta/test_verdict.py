@@ -264,6 +264,9 @@ def test_a_hung_op_marks_its_clause_timeout_and_the_audit_goes_on(flawed):
     msgs = [t["message"] for t in _entry(report, "SAC-V-1")["failing_tests"]]
     again = [m for m in msgs if "sac.soft_value is not called again" in m]
     assert len(msgs) >= 2 and len(again) == len(msgs) - 1, msgs
+    # the clause's headline is the test that hung, not one that only never called the op again
+    assert "did not return within the test's time budget" in _entry(report, "SAC-V-1")["message"]
+    assert msgs[0] not in again
 
 
 def test_report_keeps_every_failing_test_golden_first_with_hypothesis_details(flawed):
@@ -309,6 +312,7 @@ def test_a_hang_that_ignores_signals_is_killed_and_the_run_resumes():
     assert st["SAC-V-1"] == "timeout" and st["SAC-TD-1"] == "pass"
     assert len(payload["hung"]) == 1 and not payload["interrupted"]
     assert payload["hung"][0].startswith("conformance_tests/test_sac_backup.py::test_soft_value")
+    assert "last call: sac.soft_value(" in payload["tests"][payload["hung"][0]]["message"]  # where it hung
     # one budget per clause: SAC-V-1's tests after the hung one are timeout without running (the verdict they
     # would add is already known), the SAC-TD-1 tests after it still run
     later = [t for t in payload["tests"].values() if t["clauses"] == ["SAC-V-1"] and t["outcome"] != "pass"][1:]

@@ -262,8 +262,9 @@ def run_suite(
                     nodeid = next(iter(state.in_flight))
                     hung.append(nodeid)
                     killed_ops.extend(_last_op(tmp))
+                    call = crashes.last_call(tmp / "last_call.txt")  # where it hung, as a crash report says
                     state.give_up(nodeid, f"{nodeid} did not finish within {per_test:g} s (+{grace:g} s grace); "
-                                       "the process was stopped")
+                                       "the process was stopped" + (f"\n  last call: {call}" if call else ""))
                     skip.write_text("\n".join(sorted(state.done() | set(hung) | set(crashed))) + "\n", encoding="utf-8")
                     continue
                 if state.finished is None and state.in_flight:
@@ -421,11 +422,17 @@ def _clause_deviations(tests: list[tuple[str, dict]]) -> list[dict]:
     return [out[k] for k in sorted(out)]
 
 
+def _because_of_a_sibling(message: str) -> bool:
+    """The watchdog's "not run: ..." and the harness's "<op> is not called again: ..." (conformance_tests.harness)."""
+    return message.startswith("not run:") or " is not called again: " in message.split("\n", 1)[0]
+
+
 def _failing_tests(tests: list[tuple[str, dict]]) -> list[dict]:
     """Every failing test of a clause, worst status first, then golden before example before property."""
     bad = [(n, t) for n, t in tests if t.get("outcome") in _STATUS_RANK]
-    # a test that never ran because a sibling hung or crashed explains less than that sibling
-    bad.sort(key=lambda nt: (_STATUS_RANK[nt[1]["outcome"]], (nt[1].get("message") or "").startswith("not run:"),
+    # a test that never ran, or never called the op, because a sibling hung or crashed explains less than that
+    # sibling: the clause's headline is the test that hung
+    bad.sort(key=lambda nt: (_STATUS_RANK[nt[1]["outcome"]], _because_of_a_sibling(nt[1].get("message") or ""),
                              KIND_RANK.get(nt[1].get("kind"), 1), nt[0]))
     out = []
     for nodeid, t in bad:
