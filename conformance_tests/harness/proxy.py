@@ -195,9 +195,10 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
              "later calls, the caller's training loop included, would run under the changed setting")
     _check_result_type(name, out)
     _check_outputs(name, out)
-    for arg_name, h in zip(names, handed):
+    for position, (arg_name, h) in enumerate(zip(names, handed)):
         where = arg_name in before and _changed(_fingerprint(h), before[arg_name], arg_name)
         if where:
+            state._STATE["mutated"] = (len(state._STATE["calls"]) - 1, position, arg_name)  # the repro shows it
             what = (f"left a gradient in {where!r} (it called backward)" if ".grad'" in where
                     else f"modified its input {where!r} in place")
             msg = (f"{name} {what}; an operation must leave its arguments unchanged: it computes, the caller "

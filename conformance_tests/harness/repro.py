@@ -99,13 +99,24 @@ def describe_call(call: tuple[str, tuple, dict]) -> str:
 
 def repro_snippet(calls: Iterable[tuple[str, tuple, dict]] | None = None, limit: int = 3) -> str:
     """Python that replays the last ``limit`` recorded calls against the implementation under test."""
-    calls = list(calls if calls is not None else state._STATE["calls"])[-limit:]
+    recorded = calls is None
+    calls = list(calls if calls is not None else state._STATE["calls"])
+    # the call that wrote into its argument: the repro holds that argument in a variable and prints it after
+    mutated = state._STATE.get("mutated") if recorded else None
+    first = max(len(calls) - limit, 0)
     if not calls:
         return ""
     body = []
-    for name, args, kwargs in calls:
+    for index, (name, args, kwargs) in enumerate(calls[first:], start=first):
         fam, _, op = name.partition(".")
         argv = [_literal(a) for a in args] + [f"{k}={_literal(v)}" for k, v in kwargs.items()]
+        if mutated and mutated[0] == index:
+            _, position, arg_name = mutated
+            literal = argv[position].split("=", 1)[1] if position >= len(args) else argv[position]
+            argv[position] = f"{argv[position].split('=', 1)[0]}=arg" if position >= len(args) else "arg"
+            body += [f"arg = {literal}  # {arg_name}", f"print(impl.{fam}.{op}({', '.join(argv)}))",
+                     f"print('{arg_name} after the call (it must be unchanged):', arg)"]
+            continue
         body.append(f"print(impl.{fam}.{op}({', '.join(argv)}))")
     lines = ["import torch", "import numpy as np", "from conformance_tests.impl import load_impl",
              *(helper for key, helper in _REPRO_HELPERS.items() if any(key in b for b in body)),

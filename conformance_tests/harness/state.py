@@ -22,7 +22,7 @@ NOT_APPLICABLE = "not applicable:"
 _STATE: dict[str, Any] = {"impl": "reference_impl:make", "device": "cpu", "calls": [], "clauses": (),
                           "deadline": None, "timed_out": None, "first_failure": None, "not_applicable": 0,
                           "severity": None, "last_result": None, "capabilities": {},
-                          "deviations": {}}
+                          "deviations": {}, "mutated": None}
 
 
 # operation (the implementation's callable) -> the message of the time-out it hit in this process: a hung
@@ -59,7 +59,7 @@ def reset_calls() -> None:
 def begin_test(*, clauses: Iterable[str] = (), timeout: float | None = None) -> None:
     """Start a test: no recorded calls, its clauses (named in failures), and its time budget."""
     _STATE.update(calls=[], clauses=tuple(clauses), timed_out=None, first_failure=None, not_applicable=0,
-                  deviations={}, severity=None, last_result=None,
+                  deviations={}, severity=None, last_result=None, mutated=None,
                   deadline=time.monotonic() + timeout if timeout else None)
 
 

@@ -252,7 +252,12 @@ def test_an_input_mutating_op_fails_naming_op_and_argument(flawed):
     assert mask1["status"] == "fail"
     assert "ppo.masked_logits modified its input 'logits' in place" in mask1["message"]
     repro = next(t["repro"] for t in mask1["failing_tests"] if "repro" in t)
-    assert "-1000000000.0" not in repro.split("print(")[-1]  # the repro replays the ORIGINAL logits
+    assert "-1000000000.0" not in repro.split("arg = ")[-1].split("\n")[0]  # it replays the ORIGINAL logits
+    # and shows the write: the argument is held in a variable and printed after the call
+    assert "masked_logits(arg, " in repro and "print('logits after the call (it must be unchanged):', arg)" in repro
+    printed = subprocess.run([sys.executable, "-c", repro], capture_output=True, text=True, timeout=300,
+                             cwd=Path(__file__).resolve().parents[2])
+    assert printed.returncode == 0 and "-1.0000e+09" in printed.stdout.split("after the call")[-1], printed
 
 
 def test_a_hung_op_marks_its_clause_timeout_and_the_audit_goes_on(flawed):
