@@ -366,7 +366,9 @@ class RlconformRun:
         extra: dict[str, Any] = {}
         if call.excinfo is not None and rep.failed:
             if harness.not_applicable_calls() and _gave_up(call.excinfo):
-                extra["status"] = "not_applicable"  # every example was declared not applicable
+                extra.update(status="not_applicable", message=f"{harness.NOT_APPLICABLE} every example the test drew "
+                             f"makes a call the implementation declares not applicable "
+                             f"({harness.not_applicable_calls()} call(s))")
             elif op := _gradient_of_a_declared_constant(call.excinfo):
                 # as require_differentiable would have said before the check
                 extra.update(status="not_applicable", message=f"{harness.NOT_APPLICABLE} a gradient through {op}, "
@@ -395,6 +397,10 @@ class RlconformRun:
             blob = [m.group(0) for n in _notes(call.excinfo) if (m := _BLOB.search(n))]
             if blob:
                 extra["reproduce_failure"] = blob[0]
+        if extra.get("status") == "not_applicable" and rep.failed:
+            # every example declared not applicable: plain pytest shows the skip the audit records, never a failure
+            rep.outcome = "skipped"
+            rep.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {extra['message']}")
         if call.when == "call" and harness.deviations():
             extra["deviations"] = harness.deviations()
         if call.when == "call" or (rep.failed and call.when == "setup"):

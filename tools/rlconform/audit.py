@@ -94,7 +94,9 @@ def child_env() -> dict[str, str]:
     the plugin adds to ``sys.path`` once the interpreter has started, as ``python -m`` adds the working
     directory: on ``PYTHONPATH`` the caller's directory would come before the standard library while the
     interpreter starts, and a ``types.py`` there would kill it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    # an audit run from inside an xdist worker (a test of the audit) must not tell its child it is that worker
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS") and not k.startswith("PYTEST_XDIST_")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
     pythonpath = [os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
