@@ -82,6 +82,7 @@ def test_anchor_golden(ccapo):
     ("http://shop.example.com/cart?id=9", "web", "shop.example.com/cart"),
     ("shop.example.com/cart/", "web", "shop.example.com/cart"),  # no scheme: still host + path
     ("https://shop.example.com/BOX/", "web", "shop.example.com/BOX"),  # the path's case is kept
+    ("https://user:pw@shop.example.com:8443/cart?id=1", "web", "shop.example.com/cart"),  # the host: no port, no login
     ("com.app.CheckoutActivity", "android", "com.app.CheckoutActivity"),
     ("kitchen", "alfworld", "kitchen"),
 ])

@@ -166,6 +166,23 @@ def test_score_steps_golden(ccapo):
     assert_equal(got["anchor_seen"], torch.tensor([False, True]), "CCAPO-STDB-5", "anchor_seen")
 
 
+# V̄ belongs to the anchor (location, previous fingerprint), not to the location (CCAPO-ANCHOR-1): two anchors in
+# one room keep their own baselines, and a third one there is unseen. A seen anchor stays seen when the edge taken
+# from it is new: the MICRO-2 errata read A_raw = 0 − V̄ there, so its V̄ must reach the advantage.
+@pytest.mark.clause("CCAPO-STDB-5")
+def test_score_steps_looks_v_bar_up_by_the_whole_anchor(ccapo):
+    stats = {"edges": {("hall", "GOTO(hall)", "TAKE(key)"): {"n_total": 4, "n_succ": 3, "d_sum": 3.0}},
+             "anchors": {("hall", "<START>"): {"v_bar": 0.7, "n_updates": 2},
+                         ("hall", "GOTO(hall)"): {"v_bar": 0.4, "n_updates": 3}},
+             "n_succ_total": 5, "n_total_global": 10}
+    anchors = [("hall", "<START>"), ("hall", "GOTO(hall)"), ("hall", "GOTO(hall)"), ("hall", "OPEN(door)")]
+    got = ccapo.score_steps(stats, anchors, ["GOTO(hall)", "TAKE(key)", "DROP(key)", "TAKE(key)"])
+    assert_equal(got["edge_seen"], torch.tensor([False, True, False, False]), "CCAPO-STDB-5", "edge_seen")
+    assert_equal(got["anchor_seen"], torch.tensor([True, True, True, False]), "CCAPO-STDB-5",
+                 "anchor_seen: by (location, previous fingerprint), whether or not the edge is stored")
+    assert_close(got["v_bar"], [0.7, 0.4, 0.4, 0.0], "CCAPO-STDB-5", what="v_bar of each step's own anchor")
+
+
 @pytest.mark.clause("CCAPO-STDB-5")
 @given(st_.ccapo_edge_counts(max_len=4), st.data())
 def test_score_steps_matches_formula(ccapo, counts, data):

@@ -94,6 +94,19 @@ def test_failed_trajectory_still_counts(ccapo):
                  "an edge counts once per trajectory")
 
 
+# A trajectory that ended before its first action is still a finished trajectory: it passes no edge, and it counts
+# in N_total_global (and, successful, in N_succ_total), which every criticality C(E) divides by.
+@pytest.mark.clause("CCAPO-STDB-1")
+def test_a_trajectory_without_steps_still_counts(ccapo):
+    tr = {"anchors": [("hall", "<START>")], "fingerprints": ["GOTO(hall)"], "success": True}
+    stats = ccapo.stdb_update(copy.deepcopy(EMPTY), tr)
+    got = ccapo.stdb_update(stats, {"anchors": [], "fingerprints": [], "success": False})
+    assert_equal(got["n_total_global"], 2, "CCAPO-STDB-1", "N_total_global after a trajectory of no step")
+    assert_equal(got["n_succ_total"], 1, "CCAPO-STDB-1", "N_succ_total after a failed trajectory of no step")
+    assert_equal(sorted(got["edges"]), [("hall", "<START>", "GOTO(hall)")], "CCAPO-STDB-1", "edges stored")
+    assert_equal(got["edges"][("hall", "<START>", "GOTO(hall)")]["n_total"], 1, "CCAPO-STDB-1", "N_total of the edge")
+
+
 @pytest.mark.clause("CCAPO-STDB-2")
 @given(st_.ccapo_streams())
 def test_n_succ_counts_successes_only(ccapo, stream):

@@ -130,7 +130,8 @@ def _rows(obs: torch.Tensor, batch_obs: torch.Tensor) -> list[int]:
     return [int(torch.nonzero((first == o[0]).all(-1))[0]) for o in obs]
 
 
-def _run(ccapo, seed: int, *, minibatch_size: int, epochs: int = 3, clip_eps=0.2, beta_kl=0.5, max_norm=0.6):
+def _run(ccapo, seed: int, *, minibatch_size: int, epochs: int = 3, clip_eps=0.2, beta_kl=0.5, max_norm=0.6,
+         generator_seed: int | None = None):
     g = torch.Generator().manual_seed(seed)
     batch = _batch(g)
     policy, ref = SharedPolicy(g), SharedPolicy(g)  # ref ≠ policy ≠ behaviour: the KL's source shows
@@ -146,7 +147,7 @@ def _run(ccapo, seed: int, *, minibatch_size: int, epochs: int = 3, clip_eps=0.2
     opt = RecordingSGD(policy.parameters(), lr=LR, on_step=record_rows)
     records = ccapo.ccapo_update(policy, ref, opt, batch, clip_eps=clip_eps, beta_kl=beta_kl, epochs=epochs,
                                  minibatch_size=minibatch_size, max_grad_norm=max_norm,
-                                 generator=generator(seed + 7))
+                                 generator=generator(seed + 7 if generator_seed is None else generator_seed))
     want = _o_run(W0, V0, ref_params, batch, [torch.tensor(r) for r in rows_per_step], clip_eps=clip_eps,
                   beta_kl=beta_kl, max_norm=max_norm)
     return {"batch": batch, "ref": ref, "ref_params": ref_params, "opt": opt, "rows": rows_per_step,
@@ -195,6 +196,20 @@ def test_each_epoch_is_a_fresh_shuffle_using_every_trajectory_once(ccapo, seed, 
         orders.append(order)
     assert_that(len({tuple(o) for o in orders}) == len(orders), CLAUSE, orders, "a different order in every epoch")
     assert_that(any(o != list(range(B)) for o in orders), CLAUSE, orders, "shuffled, not the stored order")
+
+
+# The shuffle is drawn from the caller's generator: an update run twice with generators seeded alike is one update
+# (a run can be replayed), and another seed gives another order. An update that ignores ``generator`` is neither.
+@pytest.mark.clause(CLAUSE)
+def test_the_shuffle_follows_the_generator(ccapo):
+    first, again = (_run(ccapo, 6, minibatch_size=3, epochs=4, generator_seed=11) for _ in range(2))
+    other = _run(ccapo, 6, minibatch_size=3, epochs=4, generator_seed=12)
+    assert_that(again["rows"] == first["rows"], CLAUSE, again["rows"],
+                f"the minibatches of a run whose generator is seeded alike: {first['rows']}")
+    for k, (p1, p2) in enumerate(zip(first["opt"].after, again["opt"].after)):
+        for name, a, b in zip(("W", "V"), p1, p2):
+            assert_equal(b, a, CLAUSE, what=f"{name} after step {k} of two runs with generators seeded alike")
+    assert_that(other["rows"] != first["rows"], CLAUSE, other["rows"], "another order under another seed")
 
 
 @pytest.mark.clause(CLAUSE)

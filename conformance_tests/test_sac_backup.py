@@ -270,6 +270,26 @@ def test_top_p_one_legal_action_and_p_one_on_clipped_rows(sac):
     assert_equal(sac.top_p_select(probs, mask, p=0.01), [[False, True, False], [True, False, False]], "SAC-TOPP-1")
 
 
+# Boundaries a float64 row decides by less than float32 can see. Every mass is dyadic, so the float64 prefix sums
+# are exact and the band is 0: one set only. p = 1 − 5e−7 is not p = 1 (a "close enough to 1" shortcut keeps the
+# whole legal set); δ = 2^−41 (4.5e−13) vanishes in float32 sums (spacing 6e−8 at 0.75).
+_D = 2.0 ** -41
+
+
+@pytest.mark.clause("SAC-TOPP-1")
+@pytest.mark.parametrize("row, p", [
+    ([1 - 2.0**-20, 2.0**-21, 2.0**-21], 0.9999995),  # mass before the third 1 − 2^−21 >= p: dropped
+    ([2.0**-21, 1 - 2.0**-20 - 2.0**-30, 2.0**-21, 2.0**-30], 1 - 2.0**-21 - 2.0**-23),  # {1, 0}: tie to lower id
+    ([0.5, 0.25 - _D, 0.25 - _D, 2 * _D], 0.75 - _D / 2),  # mass before the third 0.75 − δ < p: kept
+    ([0.5, 0.25 + _D, 0.25 - _D], 0.75 + _D / 2),  # mass before the third 0.75 + δ >= p: dropped
+], ids=["p-just-below-one", "p-just-below-one-tie", "delta-below-p", "delta-above-p"])
+def test_top_p_float64_boundaries_finer_than_float32(sac, row, p):
+    probs = torch.tensor([row], dtype=F64)
+    mask = torch.ones_like(probs, dtype=torch.bool)
+    pn = np_(probs)
+    _check_top_p_set(sac.top_p_select(probs, mask, p=p), pn, np_(mask), p, band=_exact_sum_band(probs, pn))
+
+
 @pytest.mark.clause("SAC-INPUT-3")
 @pytest.mark.parametrize("p", [0.0, -0.1, 1.01, float("nan")])
 def test_top_p_rejects_p_outside_unit_interval(sac, p):
@@ -378,6 +398,21 @@ def test_top_p_soft_value_of_one_legal_action_is_its_q_minimum(sac):
     mask = torch.tensor([[False, True, False]])
     for p in (0.3, 1.0):
         assert_close(sac.top_p_soft_value(probs, q1, q1 + 3, mask, alpha=0.7, p=p), [-1234.5], "SAC-TOPP-3")
+
+
+# Only legal mass counts toward p (SAC-TOPP-1), in the value as in the selection: an illegal action holding real
+# probability would otherwise take the set's place (row 0: 0.35 at id 1) or end it early (row 1: 0.6 at id 0).
+# p = 0.2: row 0 keeps {2} (0.3), row 1 keeps {1} (0.25); each value is that action's twin-Q minimum.
+ILLEGAL_MASS_PROBS = [[0.2, 0.35, 0.3, 0.15], [0.6, 0.25, 0.1, 0.05]]
+ILLEGAL_MASS_LEGAL = [[True, False, True, True], [False, True, True, True]]
+ILLEGAL_MASS_Q = [[1.0, 50.0, 2.0, 3.0], [40.0, -1.5, 4.0, 5.0]]
+
+
+@pytest.mark.clause("SAC-TOPP-3")
+def test_top_p_soft_value_ignores_illegal_mass(sac):
+    probs, q = torch.tensor(ILLEGAL_MASS_PROBS, dtype=F64), torch.tensor(ILLEGAL_MASS_Q, dtype=F64)
+    got = sac.top_p_soft_value(probs, q, q + 0.5, torch.tensor(ILLEGAL_MASS_LEGAL), alpha=0.4, p=0.2)
+    assert_close(got, [2.0, -1.5], "SAC-TOPP-3", what="one-action sets {2} and {1}: V = min Q there")
 
 
 # ----------------------------------------------------------------------------- TD target

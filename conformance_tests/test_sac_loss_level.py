@@ -255,6 +255,19 @@ def test_losses_match_the_composed_clauses(sac, data):
 
 
 @pytest.mark.clause("SAC-LOSSES-1")
+@given(st.data(), st.floats(0.3, 0.95))
+def test_losses_actor_and_alpha_ignore_the_backups_top_p(sac, data, top_p):
+    """top_p reaches the TD target only: loss_actor stays SAC-POL-1 over the whole legal set (option A), and
+    loss_alpha and the entropy the legal-set ones."""
+    nets, batch, hp = data.draw(loss_batches(working_dtype()))
+    hp = pin("sac.losses", {**hp, "top_p": top_p})
+    out = _call_losses(sac, nets, batch, hp)
+    want = _np_losses(nets, batch, hp)
+    for key in [k for k in _checked_outputs(out, want) if k != "loss_qvalue"]:
+        assert_close(out[key], want[key], "SAC-LOSSES-1", what=f"{key} with top_p = {hp['top_p']}")
+
+
+@pytest.mark.clause("SAC-LOSSES-1")
 def test_losses_stay_finite_with_illegal_actions(sac):
     # a -inf fill with an unmasked Σ π log π is 0·(−inf) = NaN in the actor, alpha and entropy terms
     require_masks()

@@ -19,19 +19,27 @@ from conformance_tests.harness import (
     assert_no_grad,
     assert_rejects,
     assert_that,
+    assert_no_grad_into,
     capability,
     clause_ids_in,
     convention,
+    critic_delta,
     finite_difference,
     grad_leaves,
+    grad_of,
+    host,
     not_applicable,
     np_critic_penalty,
+    on_device,
     pin,
     pin_value,
+    require_differentiable,
     temperature_loss_scale,
     slack,
+    working_dtype,
 )
 from conformance_tests.oracles import masked_softmax, np_
+from conformance_tests.test_sac_backup import ILLEGAL_MASS_LEGAL, ILLEGAL_MASS_PROBS, ILLEGAL_MASS_Q
 
 EPS = 1e-8
 F64 = torch.float64
@@ -166,6 +174,14 @@ def test_top_p_policy_loss_at_p_one_equals_option_a_on_renormalised_policy(sac, 
     pn, mn = np_(p), np_(mask)
     renorm = np.where(mn, pn / np.where(mn, pn, 0).sum(-1, keepdims=True), 1.0)
     assert_close(got, _np_policy_loss(renorm, np.minimum(np_(q1), np_(q2)), mn, alpha), "SAC-POL-2")
+
+
+@pytest.mark.clause("SAC-POL-2")
+def test_top_p_policy_loss_ignores_illegal_mass(sac):
+    # the rows of test_sac_backup's illegal-mass case: p = 0.2 keeps {2} and {1}, π_p = 1 there, L = −mean min Q
+    probs, q = torch.tensor(ILLEGAL_MASS_PROBS, dtype=F64), torch.tensor(ILLEGAL_MASS_Q, dtype=F64)
+    got = sac.policy_loss_top_p(probs, q, q + 0.5, torch.tensor(ILLEGAL_MASS_LEGAL), alpha=0.4, p=0.2)
+    assert_close(got, -(2.0 - 1.5) / 2, "SAC-POL-2", what="Top-p sets chosen on the legal mass only")
 
 
 # ----------------------------------------------------------------------------- temperature
@@ -480,3 +496,165 @@ def _sac_dtype_calls(dtype):
 def test_outputs_keep_the_input_dtype(sac, dtype, index):
     op, args, kwargs = _sac_dtype_calls(dtype)[index]
     assert_dtype(getattr(sac, op)(*args, **kwargs), dtype, "SAC-DTYPE-1", op)
+
+
+# ----------------------------------------------------------------------------- gradients of the loss ops
+# A value checked against its oracle says nothing about the gradient: a ``.detach()`` in the wrong place keeps
+# every value and stops a network from training (a BC term on a detached log π, one critic's CQL term on detached
+# Q, a Top-p denominator held constant, a query detached in the negatives' scores...). One differential test per
+# op: autograd of a fixed random read-out Σ w·out of the op against central finite differences (float64) of the
+# op's numpy oracle, for every input the contract says carries gradient; and no gradient at all into the inputs
+# it holds constant (TD targets, the critics inside a policy loss, the positive and the queued negatives).
+def _np_legal_probs(g: np.random.Generator, b: int, a: int) -> tuple[np.ndarray, np.ndarray]:
+    """ε-clipped masked softmax rows of logits N(0, 1) (legal π well above the finite-difference step)."""
+    mask = g.random((b, a)) < 0.7
+    mask[np.arange(b), g.integers(0, a, b)] = True
+    return np.maximum(masked_softmax(g.standard_normal((b, a)), mask), EPS), mask
+
+
+def _np_top_p_set(pn: np.ndarray, mn: np.ndarray, p: float) -> np.ndarray:
+    """SAC-TOPP-1 by brute force: legal ids by decreasing π (ties by lower id), kept while the mass before < p."""
+    sel = np.zeros_like(mn)
+    for b in range(pn.shape[0]):
+        legal = np.flatnonzero(mn[b])
+        ranked = legal[np.lexsort((legal, -pn[b, legal]))]
+        before = np.concatenate([[0.0], np.cumsum(pn[b, ranked])[:-1]])
+        sel[b, ranked[before < p]] = True
+    return sel
+
+
+def _np_option(probs, qmin, support, alpha):
+    """mean over rows of Σ_support π̃ (α log π̃ − min Q), π̃ = π renormalised over the support (any p > 0 row)."""
+    kept = np.where(support, probs, 0.0)
+    pp = np.where(support, kept / kept.sum(-1, keepdims=True), 1.0)
+    return float(np.mean(np.where(support, pp * (alpha * np.log(pp) - qmin), 0.0).sum(-1)))
+
+
+def _np_option_a(probs, qmin, mask, alpha):
+    """SAC-POL-1 on the ε-clipped π as given (never renormalised)."""
+    pp = np.where(mask, probs, 1.0)
+    return float(np.mean(np.where(mask, pp * (alpha * np.log(pp) - qmin), 0.0).sum(-1)))
+
+
+def _np_nce(qn, pn, nn, tau):
+    nn = np.broadcast_to(nn, (qn.shape[0],) + nn.shape) if nn.ndim == 2 else nn
+    s_pos = (qn * pn).sum(-1) / tau
+    s_neg = np.einsum("bd,bkd->bk", qn, nn) / tau
+    return s_pos - logsumexp(np.concatenate([s_pos[:, None], s_neg], -1), axis=-1)
+
+
+def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
+    """(args, kwargs, names of the inputs with gradient, names held constant, numpy oracle of the output on the
+    args by name). Twin Q values are offset by N(0, 1) (no min ties) and Huber errors sit off their kink."""
+    b, a = int(g.integers(1, 4)), int(g.integers(2, 6))
+    t = lambda x: torch.tensor(x, dtype=dtype)  # noqa: E731
+    probs, mask = _np_legal_probs(g, b, a)
+    q1 = 3.0 * g.standard_normal((b, a))
+    q2 = q1 + g.standard_normal((b, a))
+    actions = np.array([g.choice(np.flatnonzero(row)) for row in mask])
+    demo = g.random(b) < 0.6
+    demo[0] = True  # the BC term is never empty
+    alpha, lam = float(g.uniform(0.05, 1.5)), float(g.uniform(0.1, 1.0))
+    delta = critic_delta(float(g.uniform(0.5, 2.0)))
+    conv = convention("huber_delta")
+    rows = np.arange(b)
+
+    def critic(x1, x2, y):
+        return float(np.mean(np_critic_penalty(x1 - y, delta, conv) + np_critic_penalty(x2 - y, delta, conv)))
+
+    if op == "critic_loss":
+        y = q1[rows, actions] + g.choice([-1, 1], b) * g.uniform(0.1, 3.0, b)
+        kw = pin("sac.critic_loss", {"delta": delta})
+        return ({"q1_taken": t(q1[rows, actions]), "q2_taken": t(q2[rows, actions]), "target": t(y)}, kw,
+                ("q1_taken", "q2_taken"), ("target",), lambda x: critic(x["q1_taken"], x["q2_taken"], x["target"]))
+    if op == "critic_loss_total":
+        y = q1[rows, actions] + g.uniform(-3.0, 3.0, b)
+        lam_cql = pin_value("sac.critic_loss_total", "lam_cql", lam)
+        oracle = lambda x: (critic(x["q1_all"][rows, actions], x["q2_all"][rows, actions], x["target"])  # noqa: E731
+                            + np_cql(x["q1_all"], actions, lam_cql, mask) + np_cql(x["q2_all"], actions, lam_cql, mask))
+        return ({"q1_all": t(q1), "q2_all": t(q2), "actions": torch.tensor(actions), "target": t(y)},
+                {"legal_mask": torch.tensor(mask), "delta": delta, "lam_cql": lam_cql},
+                ("q1_all", "q2_all"), ("target",), oracle)
+    if op == "cql_penalty":
+        lam_cql = pin_value("sac.cql_penalty", "lam", lam)
+        # every action legal (legal_mask=None, which every implementation takes); critic_loss_total has the mask
+        return ({"q_all": t(q1), "actions": torch.tensor(actions)}, {"lam": lam_cql},
+                ("q_all",), (), lambda x: np_cql(x["q_all"], actions, lam_cql))
+    if op == "bc_loss":
+        lam_bc = pin_value("sac.bc_loss", "lam", lam)
+        return ({"log_probs": t(np.log(probs)), "actions": torch.tensor(actions), "is_demo": torch.tensor(demo)},
+                {"lam": lam_bc}, ("log_probs",), (),
+                lambda x: lam_bc * float(np.mean(-x["log_probs"][rows, actions][demo])))
+    policy_args = {"probs": t(probs), "q1": t(q1), "q2": t(q2), "legal_mask": torch.tensor(mask)}
+    qmin = np.minimum(q1, q2)
+    if op == "policy_loss":
+        return (policy_args, {"alpha": alpha}, ("probs",), ("q1", "q2"),
+                lambda x: _np_option_a(x["probs"], qmin, mask, alpha))
+    if op in ("policy_loss_top_p", "top_p_soft_value"):
+        p = float(g.uniform(0.3, 1.0))
+        sel = _np_top_p_set(probs, mask, p)  # the selection is a constant of the gradient (SAC-TOPP-1: detached)
+        if op == "policy_loss_top_p":
+            return (policy_args, {"alpha": alpha, "p": p}, ("probs",), ("q1", "q2"),
+                    lambda x: _np_option(x["probs"], qmin, sel, alpha))
+
+        def value(x):
+            kept = np.where(sel, x["probs"], 0.0)
+            pp = np.where(sel, kept / kept.sum(-1, keepdims=True), 1.0)
+            return np.where(sel, pp * (np.minimum(x["q1"], x["q2"]) - alpha * np.log(pp)), 0.0).sum(-1)
+
+        return policy_args, {"alpha": alpha, "p": p}, ("probs", "q1", "q2"), (), value
+    if op == "policy_loss_total":
+        lam_bc = pin_value("sac.policy_loss_total", "lam_bc", lam)
+        oracle = lambda x: (_np_option_a(x["probs"], qmin, mask, alpha)  # noqa: E731
+                            + lam_bc * float(np.mean(-np.log(x["probs"][rows, actions][demo]))))
+        return ({**policy_args, "actions": torch.tensor(actions), "is_demo": torch.tensor(demo)},
+                {"alpha": alpha, "lam_bc": lam_bc}, ("probs",), ("q1", "q2"), oracle)
+    if op == "top_p_probs":
+        sel = (g.random((b, a)) < 0.6) & mask  # legal entries only: an ε entry would sit within the step of 0
+        sel[rows, actions] = True
+
+        def renormalised(x):
+            kept = np.where(sel, x["probs"], 0.0)
+            return kept / kept.sum(-1, keepdims=True)
+
+        return {"probs": t(probs), "selected": torch.tensor(sel)}, {}, ("probs",), (), renormalised
+    if op in ("info_nce", "info_nce_queue"):
+        d, k = int(g.integers(1, 5)), int(g.integers(1, 6))
+        neg = g.standard_normal((k, d) if op == "info_nce_queue" else (b, k, d))
+        tau = float(g.uniform(0.3, 2.0))
+        tau = pin_value("sac.info_nce", "tau", tau)
+        return ({"query": t(g.standard_normal((b, d))), "positive": t(g.standard_normal((b, d))), "negatives": t(neg)},
+                {"tau": tau}, ("query",), ("positive", "negatives"),
+                lambda x: _np_nce(x["query"], x["positive"], x["negatives"], tau))
+    raise AssertionError(op)
+
+
+GRADIENT_OPS = [  # (op, clause): each loss op the contract makes differentiable
+    ("critic_loss", "SAC-CRITIC-1"), ("critic_loss_total", "SAC-CRITIC-2"), ("cql_penalty", "SAC-CQL-1"),
+    ("bc_loss", "SAC-BC-1"), ("policy_loss", "SAC-POL-1"), ("policy_loss_top_p", "SAC-POL-2"),
+    ("policy_loss_total", "SAC-POL-3"), ("top_p_probs", "SAC-TOPP-2"), ("top_p_soft_value", "SAC-TOPP-3"),
+    ("info_nce", "SAC-NCE-2"), ("info_nce_queue", "SAC-NCE-2"),  # negatives [B,K,d], and a shared queue [K,d]
+]
+
+
+@pytest.mark.parametrize("op, clause", [pytest.param(op, c, id=op, marks=pytest.mark.clause(c))
+                                        for op, c in GRADIENT_OPS])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_loss_op_gradients_match_finite_differences_of_the_oracle(sac, op, clause, seed):
+    name = op.removesuffix("_queue")
+    require_differentiable(f"sac.{name}")
+    g = np.random.default_rng(seed)
+    dtype = working_dtype()
+    args, kwargs, with_grad, constant, oracle = _grad_case(op, g, dtype)
+    leaves = {k: v.clone().requires_grad_(True) if k in with_grad + constant else v for k, v in args.items()}
+    out = getattr(sac, name)(*leaves.values(), **kwargs)
+    w = g.uniform(0.5, 1.5, tuple(out.shape))  # a read-out that weights every output entry
+    readout = (out * on_device(torch.tensor(w, dtype=out.dtype))).sum()
+    base = {k: np_(v) for k, v in args.items()}
+    for k in with_grad:
+        def f(x, k=k):
+            return float((np.asarray(oracle({**base, k: np_(x)})) * w).sum())
+
+        assert_close(grad_of(readout, leaves[k]), finite_difference(f, host(args[k])), clause, dtype=dtype,
+                     approx="gradient", what=f"d(Σ w·{name})/d {k} vs finite differences of the oracle")
+    assert_no_grad_into(readout, clause, **{k: leaves[k] for k in constant})

@@ -163,6 +163,20 @@ def test_masked_softmax_shift_keeps_large_logits_apart(sac):
                  what="masked_softmax of legal logits 1e7 and 1e7 + 1 in float32")
 
 
+# The shift is the max over the LEGAL logits: an illegal logit far above the legal ones must not move it, or the
+# legal logits underflow (exp(−3000) = 0 in every dtype) and the legal probabilities are lost. 3000 and 1e4 fit in
+# float16 and bfloat16 (SAC-MASK-3: logits as large as 1e4).
+@pytest.mark.clause("SAC-MASK-1", "SAC-MASK-3")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16],
+                         ids=lambda d: str(d).replace("torch.", ""))
+def test_masked_softmax_ignores_a_huge_illegal_logit(sac, dtype):
+    require_dtype(dtype)
+    z = torch.tensor([[0.0, 1.0, 3000.0, -1.0], [2.0, 1e4, 0.5, 0.25]], dtype=dtype)
+    mask = torch.tensor([[True, True, False, True], [True, False, True, True]])
+    clause = "SAC-MASK-1" if dtype in (torch.float64, torch.float32) else "SAC-MASK-3"
+    assert_masked_probs(sac.masked_softmax(z, mask), z, mask, clause, dtype=dtype)
+
+
 # ----------------------------------------------------------------------------- legal set
 @st.composite
 def compliance_rows(draw):
@@ -200,6 +214,26 @@ def test_legal_set_golden(sac):
     assert_equal(got, [[False, True, True, False, True], [True, True, False, True, True]], "SAC-LEGAL-2")
 
 
+# Counts past 255: the real vocabulary has ~6,000 characters, so a count kept in 8 bits wraps (256 legal -> 0, 258 ->
+# 2) and a row with hundreds of legal actions would be replaced by the fallback.
+@pytest.mark.clause("SAC-LEGAL-2")
+def test_legal_set_counts_past_255_legal_actions(sac):
+    V, eos = 600, 599
+    comp = torch.zeros(4, V, dtype=torch.bool)
+    comp[0, :255] = True  # 255 + eos = 256
+    comp[1, :257] = True  # 257 + eos = 258
+    comp[2, 100:400] = True
+    comp[3, 7] = True  # 2 < 3: the only row that falls back
+    fallback = torch.zeros(V, dtype=torch.bool)
+    fallback[500:510] = True
+    want = comp.clone()
+    want[:, eos] = True
+    want[3] = fallback
+    want[3, eos] = True
+    assert_equal(sac.legal_set(comp, eos_index=eos, fallback=fallback), want, "SAC-LEGAL-2",
+                 "rows of 256, 258 and 301 legal actions kept; only the row of 2 falls back")
+
+
 # The <eos> index must lie in [0, V) (SAC-INPUT-2): index V is rejected as bad input, not left to fail on
 # indexing with an error that names no clause, and -1 is not read as "the last id".
 @pytest.mark.clause("SAC-INPUT-2")
@@ -225,6 +259,18 @@ def test_target_entropy_golden(sac):
     mask = torch.tensor([[True] * 8 + [False] * 2])
     want = 0.9 * math.log(8 if convention("target_entropy") == "per_state_legal" else 10)
     assert_close(_per_state(sac.target_entropy(mask, kappa=0.9), mask), [want], "SAC-ENT-1", dtype=torch.float32)
+
+
+@pytest.mark.clause("SAC-ENT-1")
+@pytest.mark.parametrize("legal", [255, 256, 300, 6000])
+def test_target_entropy_counts_past_255_legal_actions(sac, legal):
+    # a count kept in 8 bits wraps at 256 (log 0 = −inf, log 44 for 300)
+    mask = torch.zeros(2, 6100, dtype=torch.bool)
+    mask[0, :legal] = True
+    mask[1, 3:6] = True
+    got = _per_state(sac.target_entropy(mask, kappa=0.9), mask)
+    assert_close(got, 0.9 * np.log(_target_count(mask)), "SAC-ENT-1",
+                 dtype=torch.float64 if got.dtype == torch.float64 else got.dtype, what=f"{legal} legal actions")
 
 
 def _target_count(mask: torch.Tensor) -> np.ndarray:

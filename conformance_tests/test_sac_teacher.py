@@ -107,3 +107,7 @@ def test_relabel_golden_with_distance_matrix(sac):
     dist = torch.tensor([[0, 1, 1, 1], [1, 0, 1, 1], [0.5, 1, 0, 2.0], [1, 1, 1, 0]], dtype=torch.float64)
     action, _, _ = sac.resolve_teacher_action(torch.tensor([2]), mask, mode="relabel", distance=dist)
     assert_equal(action, [0], "SAC-TEACHER-1")
+    # d(a*, a) is the row of the teacher's action: an asymmetric matrix whose column of 2 says 3 instead
+    dist[3, 2] = 0.1
+    action, _, _ = sac.resolve_teacher_action(torch.tensor([2]), mask, mode="relabel", distance=dist)
+    assert_equal(action, [0], "SAC-TEACHER-1", "the nearest legal action by distance[a*, a] (the row of a* = 2)")

@@ -116,7 +116,7 @@ class SacOps(Protocol):
     def resolve_teacher_action(self, teacher_action: Tensor, legal_mask: Tensor, *, mode: str = "reject",
                                distance: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """[B] long, [B,V] bool -> (action, accepted, is_relabeled). reject: an illegal teacher
-        action is not accepted; relabel: it becomes the nearest legal id (|i−j| or ``distance``,
+        action is not accepted; relabel: it becomes the nearest legal id (|i−j| or ``distance[a*, j]``,
         ties to the lower id) with is_relabeled=True. Legal actions pass unchanged."""
 
     def defaults(self) -> dict:

@@ -250,3 +250,81 @@ def stdb_scoring_ignores_its_keywords(ref):
     forced = dict(alpha_smooth=1.0, distance_exponent=0.5, lam=1.0, eps=1e-8)
     return deaf_to(deaf_to(ref, "ccapo", "stdb_update", **forced), "ccapo", "score_steps", **forced)
 
+
+
+@mutant("CCAPO-PPO-1", doc="The ratio as exp(logp_new)/exp(logp_old): 0/0 = NaN once a multi-token action's "
+        "log-probability falls below about -745.", source="a ratio written as a quotient of probabilities")
+def ratio_as_a_quotient_of_probabilities(ref):
+    base = ref.ccapo.policy_loss
+
+    def policy_loss(logp_new, logp_old, logp_ref, advantages, mask, *, clip_eps=0.2, beta_kl=0.04):
+        out = dict(base(logp_new, logp_old, logp_ref, advantages, mask, clip_eps=clip_eps, beta_kl=beta_kl))
+        m = torch.as_tensor(mask)
+        rho, adv = logp_new.exp() / logp_old.detach().exp(), advantages.detach()
+        unclipped, clipped = rho * adv, rho.clamp(1 - clip_eps, 1 + clip_eps) * adv
+        surr = torch.where(m, torch.where(unclipped <= clipped, unclipped, clipped), torch.zeros_like(adv))
+        rows = m.any(-1)
+        objective = (surr.sum(-1)[rows] / m.sum(-1)[rows]).mean()
+        out.update(loss_clip=-objective, loss=-objective + out["loss_kl"])
+        return out
+
+    return override(ref, "ccapo", policy_loss=policy_loss)
+
+
+@mutant("CCAPO-STDB-5", doc="V-bar looked up by location alone: anchors sharing a room share (the first one's) "
+        "baseline, and an unseen anchor in a known room counts as seen.")
+def v_bar_by_location(ref):
+    def score_steps(stats, anchors, fingerprints, **kw):
+        out = dict(ref.ccapo.score_steps(stats, anchors, fingerprints, **kw))
+        by_loc = {}
+        for (loc, _), rec in stats["anchors"].items():
+            by_loc.setdefault(loc, float(rec["v_bar"]))
+        out["anchor_seen"] = torch.tensor([a[0] in by_loc for a in anchors], dtype=torch.bool)
+        out["v_bar"] = torch.tensor([by_loc.get(a[0], 0.0) for a in anchors], dtype=torch.float64)
+        return out
+
+    return override(ref, "ccapo", score_steps=score_steps)
+
+
+@mutant("CCAPO-STDB-5", doc="An anchor counts as seen only with the edge taken from it stored: a new "
+        "choice from a known situation gets A_raw = 0 instead of -V-bar.")
+def anchor_seen_needs_the_edge(ref):
+    def score_steps(stats, anchors, fingerprints, **kw):
+        out = dict(ref.ccapo.score_steps(stats, anchors, fingerprints, **kw))
+        seen = out["anchor_seen"] & out["edge_seen"]
+        out.update(anchor_seen=seen, v_bar=torch.where(seen, out["v_bar"], torch.zeros_like(out["v_bar"])))
+        return out
+
+    return override(ref, "ccapo", score_steps=score_steps)
+
+
+@mutant("CCAPO-UPDATE-1", doc="ccapo_update ignores its generator: the shuffle comes from the global RNG, so a run "
+        "cannot be replayed.", source="a randperm without generator=")
+def ccapo_update_ignores_its_generator(ref):
+    return deaf_to(ref, "ccapo", "ccapo_update", generator=None)
+
+
+@mutant("CCAPO-ANCHOR-1", doc="The web location keeps the URL's netloc: a port or a login splits one host into "
+        "several locations.", source="urlsplit(url).netloc in place of .hostname")
+def web_location_keeps_the_netloc(ref):
+    from urllib.parse import urlsplit
+
+    def abstract_location(raw_location, *, domain):
+        out = ref.ccapo.abstract_location(raw_location, domain=domain)
+        if domain != "web":
+            return out
+        u = urlsplit(raw_location if "//" in raw_location else "//" + raw_location)
+        return u.netloc + out[len(u.hostname or ""):]
+
+    return override(ref, "ccapo", abstract_location=abstract_location)
+
+
+@mutant("CCAPO-STDB-1", doc="A trajectory without steps is skipped: N_total_global misses it, and every C(E) "
+        "with it.", source="an early return on an empty trajectory")
+def stdb_update_skips_empty_trajectories(ref):
+    def stdb_update(stats, trajectory, **kw):
+        if len(trajectory["fingerprints"]) == 0:
+            return copy.deepcopy(dict(stats))
+        return ref.ccapo.stdb_update(stats, trajectory, **kw)
+
+    return override(ref, "ccapo", stdb_update=stdb_update)

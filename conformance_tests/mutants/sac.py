@@ -465,3 +465,185 @@ def alpha_clamp_ignores_its_range(ref):
 def step_reward_ignores_its_weights(ref):
     return deaf_to(ref, "sac", "step_reward", lam_cov=1.0, lam_nce=0.5, lam_gar=0.1, lam_ill=2.0)
 
+
+
+# ----------------------------------------------------------------------------- a detach in the wrong place
+# Each keeps every value and loses (or adds) a gradient: only a gradient check at the op level sees it.
+@mutant("SAC-POL-3", doc="Total policy loss whose BC term scores log of the detached probabilities: the right value, "
+        "and the demo rows never pull the policy toward the teacher.")
+def policy_total_bc_detached(ref):
+    def policy_loss_total(probs, q1, q2, legal_mask, actions, is_demo, *, alpha, lam_bc=0.1, p=None):
+        base = ref.sac.policy_loss_total(probs, q1, q2, legal_mask, actions, is_demo, alpha=alpha, lam_bc=0.0, p=p)
+        return base + ref.sac.bc_loss(torch.log(probs.detach()), actions, is_demo, lam=lam_bc)
+
+    return override(ref, "sac", policy_loss_total=policy_loss_total)
+
+
+@mutant("SAC-BC-1", doc="BC loss on detached log-probabilities: the right value, no gradient.")
+def bc_loss_detached(ref):
+    def bc_loss(log_probs, actions, is_demo, *, lam=0.1):
+        return ref.sac.bc_loss(log_probs.detach(), actions, is_demo, lam=lam) + 0.0 * log_probs.sum()
+
+    return override(ref, "sac", bc_loss=bc_loss)
+
+
+@mutant("SAC-CRITIC-2", doc="Total critic loss whose CQL term of critic 2 reads detached Q: the right value, and "
+        "critic 2 is never pushed down on unseen actions.")
+def cql_second_critic_detached(ref):
+    def critic_loss_total(q1_all, q2_all, actions, target, *, legal_mask=None, delta=1.0, lam_cql=0.5, use_cql=True):
+        base = ref.sac.critic_loss_total(q1_all, q2_all, actions, target, legal_mask=legal_mask, delta=delta,
+                                         use_cql=False)
+        if not use_cql:
+            return base
+        return (base + ref.sac.cql_penalty(q1_all, actions, lam=lam_cql, legal_mask=legal_mask)
+                + ref.sac.cql_penalty(q2_all.detach(), actions, lam=lam_cql, legal_mask=legal_mask))
+
+    return override(ref, "sac", critic_loss_total=critic_loss_total)
+
+
+@mutant("SAC-CRITIC-1", doc="Critic loss with critic 2's Q detached: the right value, and critic 2 never trains.")
+def critic_loss_second_critic_detached(ref):
+    def critic_loss(q1_taken, q2_taken, target, *, delta=1.0):
+        return ref.sac.critic_loss(q1_taken, q2_taken.detach(), target, delta=delta) + 0.0 * q2_taken.sum()
+
+    return override(ref, "sac", critic_loss=critic_loss)
+
+
+@mutant("SAC-TOPP-2", doc="pi_p renormalised by a detached sum: the right value, the gradient of pi restricted "
+        "to the set instead of pi_p's.")
+def top_p_probs_detached_normaliser(ref):
+    def top_p_probs(probs, selected):
+        kept = torch.where(selected, probs, torch.zeros_like(probs))
+        return kept / kept.sum(-1, keepdim=True).detach()
+
+    return override(ref, "sac", top_p_probs=top_p_probs)
+
+
+def _nce(query, positive, negatives, tau, *, detach_queue=True, detach_query_in_negatives=False):
+    """InfoNCE written out, with two detaches of the shared-queue path ([K,d] negatives) exposed."""
+    if negatives.dim() == 2:
+        neg = (negatives.detach() if detach_queue else negatives).unsqueeze(0).expand(query.shape[0], -1, -1)
+    else:
+        neg = negatives.detach()
+    s_pos = (query * positive.detach()).sum(-1, keepdim=True) / tau
+    q_neg = query.detach() if detach_query_in_negatives and negatives.dim() == 2 else query
+    s_neg = torch.einsum("bd,bkd->bk", q_neg, neg) / tau
+    return s_pos.squeeze(-1) - torch.logsumexp(torch.cat([s_pos, s_neg], -1), -1)
+
+
+@mutant("SAC-NCE-2", doc="InfoNCE detaches per-row negatives [B,K,d] but not a shared queue [K,d]: the queued keys "
+        "receive gradient.")
+def nce_shared_queue_not_detached(ref):
+    def info_nce(query, positive, negatives, *, tau=0.07):
+        return _nce(query, positive, negatives, tau, detach_queue=False)
+
+    return override(ref, "sac", info_nce=info_nce)
+
+
+@mutant("SAC-NCE-2", doc="InfoNCE with a shared queue scores the negatives with a detached query: the right value, "
+        "and the query is never pushed away from the negatives.")
+def nce_query_detached_against_the_queue(ref):
+    def info_nce(query, positive, negatives, *, tau=0.07):
+        return _nce(query, positive, negatives, tau, detach_query_in_negatives=True)
+
+    return override(ref, "sac", info_nce=info_nce)
+
+
+# ----------------------------------------------------------------------------- boundaries past the drawn inputs
+@mutant("SAC-MASK-3", doc="The shift is the max over every logit, illegal ones included: a huge illegal logit "
+        "pushes the legal ones to where half precision cannot tell them apart.")
+def masked_softmax_shifts_by_the_max_of_all_logits(ref):
+    def masked_softmax(logits, legal_mask, *, eps=1e-8):
+        return ref.sac.masked_softmax(logits - logits.max(-1, keepdim=True).values, legal_mask, eps=eps)
+
+    return override(ref, "sac", masked_softmax=masked_softmax)
+
+
+@mutant("SAC-ENT-1", doc="The legal count kept in 8 bits: it wraps at 256 legal actions (log 0 = -inf).",
+        source="a mask summed in its uint8 storage dtype")
+def target_entropy_counts_in_uint8(ref):
+    def target_entropy(legal_mask, *, kappa=0.9):
+        out = ref.sac.target_entropy(legal_mask, kappa=kappa)
+        count = legal_mask.to(torch.uint8).sum(-1, dtype=torch.uint8)
+        return kappa * torch.log(count.to(out.dtype))
+
+    return override(ref, "sac", target_entropy=target_entropy)
+
+
+@mutant("SAC-LEGAL-2", doc="The legal count kept in 8 bits: a row of 256 or 258 legal actions looks like 0 or 2 and "
+        "is replaced by the fallback.", source="a mask summed in its uint8 storage dtype")
+def legal_set_counts_in_uint8(ref):
+    def legal_set(compliance, *, eos_index, fallback, min_legal=3):
+        ref.sac.legal_set(compliance, eos_index=eos_index, fallback=fallback, min_legal=min_legal)  # its checks
+        legal, fb = compliance.clone(), fallback.expand_as(compliance).clone()
+        legal[..., eos_index] = fb[..., eos_index] = True
+        too_few = legal.to(torch.uint8).sum(-1, keepdim=True, dtype=torch.uint8) < min_legal
+        return torch.where(too_few, fb, legal)
+
+    return override(ref, "sac", legal_set=legal_set)
+
+
+@mutant("SAC-TOPP-1", doc="Top-p decided on float32 copies of float64 rows: a boundary decided by 5e-13 goes the "
+        "wrong way.", source="a float32 sort-and-cumsum kernel")
+def top_p_in_float32(ref):
+    return _override_top_p(ref, lambda probs, legal_mask, *, p: ref.sac.top_p_select(probs.float(), legal_mask, p=p))
+
+
+@mutant("SAC-TOPP-1", doc="p within 1e-6 of 1 read as p = 1: the whole legal set instead of the smallest one "
+        "reaching p.", source="an isclose(p, 1) shortcut")
+def top_p_near_one_is_one(ref):
+    def select(probs, legal_mask, *, p):
+        return ref.sac.top_p_select(probs, legal_mask, p=1.0 if p >= 1.0 - 1e-6 else p)
+
+    return _override_top_p(ref, select)
+
+
+def _select_on_all_actions(ref, probs, legal_mask, p):
+    """Top-p chosen on the raw distribution, then intersected with the legal set (the whole legal set if empty)."""
+    sel = ref.sac.top_p_select(probs, torch.ones_like(legal_mask), p=p) & legal_mask
+    return torch.where(sel.any(-1, keepdim=True), sel, legal_mask)
+
+
+@mutant("SAC-POL-2", doc="Option B picks its Top-p set counting illegal mass: an illegal action holding mass takes "
+        "the set's place.")
+def top_p_policy_loss_counts_illegal_mass(ref):
+    def policy_loss_top_p(probs, q1, q2, legal_mask, *, alpha, p):
+        sel = _select_on_all_actions(ref, probs, legal_mask, p)
+        return ref.sac.policy_loss(ref.sac.top_p_probs(probs, sel), q1, q2, sel, alpha=alpha)
+
+    return override(ref, "sac", policy_loss_top_p=policy_loss_top_p)
+
+
+@mutant("SAC-TOPP-3", doc="The Top-p soft value picks its set counting illegal mass.")
+def top_p_soft_value_counts_illegal_mass(ref):
+    def top_p_soft_value(probs, q1, q2, legal_mask, *, alpha, p):
+        sel = _select_on_all_actions(ref, probs, legal_mask, p)
+        return ref.sac.soft_value(ref.sac.top_p_probs(probs, sel), q1, q2, sel, alpha=alpha)
+
+    return override(ref, "sac", top_p_soft_value=top_p_soft_value)
+
+
+@mutant("SAC-LOSSES-1", doc="With top_p < 1 the loss-level op also trains the actor on option B: the backup's Top-p "
+        "leaks into loss_actor, which SAC-LOSSES-1 keeps at SAC-POL-1.")
+def losses_actor_follows_the_backups_top_p(ref):
+    def losses(policy, critic, target_critic, batch, *, log_alpha, gamma, kappa=0.9, delta=1.0, top_p=1.0):
+        out = dict(ref.sac.losses(policy, critic, target_critic, batch, log_alpha=log_alpha, gamma=gamma, kappa=kappa,
+                                  delta=delta, top_p=top_p))
+        if top_p < 1.0:
+            pi = ref.sac.masked_softmax(policy(batch["obs"]), batch["legal_mask"])
+            q1, q2 = critic(batch["obs"])
+            out["loss_actor"] = ref.sac.policy_loss_top_p(pi, q1.detach(), q2.detach(), batch["legal_mask"],
+                                                          alpha=float(log_alpha.detach().exp()), p=top_p)
+        return out
+
+    return override(ref, "sac", losses=losses)
+
+
+@mutant("SAC-TEACHER-1", doc="Relabelling reads the distance column d(a, a*) instead of the row d(a*, a): wrong "
+        "on an asymmetric distance.", source="a transposed distance matrix")
+def relabel_reads_the_distance_column(ref):
+    def resolve_teacher_action(teacher_action, legal_mask, *, mode="reject", distance=None):
+        return ref.sac.resolve_teacher_action(teacher_action, legal_mask, mode=mode,
+                                              distance=None if distance is None else distance.transpose(0, 1))
+
+    return override(ref, "sac", resolve_teacher_action=resolve_teacher_action)
