@@ -555,19 +555,22 @@ def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
     demo = g.random(b) < 0.6
     demo[0] = True  # the BC term is never empty
     alpha, lam = float(g.uniform(0.05, 1.5)), float(g.uniform(0.1, 1.0))
-    delta = critic_delta(float(g.uniform(0.5, 2.0)))
-    conv = convention("huber_delta")
+    drawn_delta = float(g.uniform(0.5, 2.0))
     rows = np.arange(b)
 
-    def critic(x1, x2, y):
-        return float(np.mean(np_critic_penalty(x1 - y, delta, conv) + np_critic_penalty(x2 - y, delta, conv)))
+    def critic_terms():  # the Huber convention is read only by the critic cases (read, it marks a deviation)
+        delta, conv = critic_delta(drawn_delta), convention("huber_delta")
+        return delta, lambda x1, x2, y: float(np.mean(np_critic_penalty(x1 - y, delta, conv)
+                                                      + np_critic_penalty(x2 - y, delta, conv)))
 
     if op == "critic_loss":
+        delta, critic = critic_terms()
         y = q1[rows, actions] + g.choice([-1, 1], b) * g.uniform(0.1, 3.0, b)
         kw = pin("sac.critic_loss", {"delta": delta})
         return ({"q1_taken": t(q1[rows, actions]), "q2_taken": t(q2[rows, actions]), "target": t(y)}, kw,
                 ("q1_taken", "q2_taken"), ("target",), lambda x: critic(x["q1_taken"], x["q2_taken"], x["target"]))
     if op == "critic_loss_total":
+        delta, critic = critic_terms()
         y = q1[rows, actions] + g.uniform(-3.0, 3.0, b)
         lam_cql = pin_value("sac.critic_loss_total", "lam_cql", lam)
         oracle = lambda x: (critic(x["q1_all"][rows, actions], x["q2_all"][rows, actions], x["target"])  # noqa: E731
