@@ -104,7 +104,7 @@ def test_single_member_group_is_zero_not_nan(ccapo):
                      "one trajectory per prompt")
     elif smallest == "raw":  # declared: the raw score (finite, never NaN)
         # the raw score divided by a computed 1 + eps: a reduction's rounding, not the exact zero of the rule
-        assert_close(ccapo.macro_advantage(singles), np_single_member(singles.numpy()), "CCAPO-MACRO-2",
+        assert_close(ccapo.macro_advantage(singles), np_single_member(to_numpy(singles)), "CCAPO-MACRO-2",
                      approx="reduction", what="one trajectory per prompt keeps its raw score")
     else:  # declared minimum of two: a single-member group is rejected, never NaN
         assert_rejects("CCAPO-MACRO-2", ccapo.raw("macro_advantage"), singles)
@@ -159,14 +159,14 @@ def np_micro(raw, valid, sigma_min=0.1):
 def test_micro_advantage_batch_z_score(ccapo, batch, sigma_min):
     raw, valid = batch
     got = ccapo.micro_advantage(raw, sigma_min=sigma_min, valid=valid)
-    assert_close(got, np_micro(raw.numpy(), valid.numpy(), sigma_min), "CCAPO-MICRO-3")
+    assert_close(got, np_micro(to_numpy(raw), to_numpy(valid), sigma_min), "CCAPO-MICRO-3")
 
 
 @pytest.mark.clause("CCAPO-MICRO-3")
 @given(st_.ccapo_step_batches())
 def test_micro_advantage_without_mask_uses_every_step(ccapo, batch):
     raw, _ = batch
-    assert_close(ccapo.micro_advantage(raw), np_micro(raw.numpy(), np.ones(raw.shape, bool)), "CCAPO-MICRO-3")
+    assert_close(ccapo.micro_advantage(raw), np_micro(to_numpy(raw), np.ones(raw.shape, bool)), "CCAPO-MICRO-3")
 
 
 @pytest.mark.clause("CCAPO-MICRO-3")
@@ -174,7 +174,7 @@ def test_sigma_min_floor_golden(ccapo):
     # early training: 9 zeros and one 0.05 -> mean 0.005, std 0.015 < sigma_min = 0.1
     raw = torch.tensor([0.0] * 9 + [0.05], dtype=F64)
     got = ccapo.micro_advantage(raw)
-    assert_close(got, (raw.numpy() - 0.005) / 0.1, "CCAPO-MICRO-3")
+    assert_close(got, (to_numpy(raw) - 0.005) / 0.1, "CCAPO-MICRO-3")
     assert_that(got.abs().max() < 1.0, "CCAPO-MICRO-3", got, "the lone non-zero value is not blown up to 3 sigma")
     # std above the floor: a plain population z-score
     wide = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=F64)
@@ -188,7 +188,7 @@ def test_fusion(ccapo, B, T, beta, data):
     ma = data.draw(st_.tensors((B,), lo=-3, hi=3))
     mi = data.draw(st_.tensors((B, T), lo=-3, hi=3))
     got = ccapo.fuse_advantages(ma, mi, beta=beta)
-    assert_close(got, ma.numpy()[:, None] + beta * mi.numpy(), "CCAPO-FUSE-1")
+    assert_close(got, to_numpy(ma)[:, None] + beta * to_numpy(mi), "CCAPO-FUSE-1")
 
 
 @pytest.mark.clause("CCAPO-FUSE-1")

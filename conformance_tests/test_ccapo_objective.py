@@ -25,6 +25,7 @@ from conformance_tests.harness import (
     np_clip_fraction,
     reported,
     supports_dtype,
+    to_numpy,
     tolerance,
 )
 from conformance_tests.oracles import clipped_surrogate_slope, kink_atol
@@ -84,7 +85,7 @@ def admitted(got, value_for_guard) -> float:
 def test_objective_matches_loop_oracle(ccapo, batch, kw):
     new, old, ref, adv, mask = batch
     out = ccapo.policy_loss(new, old, ref, adv, mask, **kw)
-    arrays, beta = [x.numpy() for x in batch], kw["beta_kl"]
+    arrays, beta = [to_numpy(x) for x in batch], kw["beta_kl"]
     oracle = lambda guard: np_objective(*arrays, clip=kw["clip_eps"], beta=beta, guard=guard)  # noqa: E731
     assert_close(out["loss"], admitted(out["loss"], lambda g: -(oracle(g)[0] - beta * oracle(g)[1])), "CCAPO-PPO-1",
                  what="loss")
@@ -114,7 +115,7 @@ def test_clip_golden(ccapo):
     out = ccapo.policy_loss(new, z, new, adv, torch.ones(1, 2, dtype=torch.bool))
     assert_close(out["loss_clip"], -(1.2 - math.exp(0.5)) / 2, "CCAPO-PPO-1")
     # both steps lie outside the clip range; only the A > 0 one is clipped by min() (clip_fraction convention)
-    want = np_clip_fraction(np.exp(new.numpy()), 0.2, convention("clip_fraction"), adv.numpy())
+    want = np_clip_fraction(np.exp(to_numpy(new)), 0.2, convention("clip_fraction"), to_numpy(adv))
     assert_close(reported(out, "clip_fraction", "ccapo.policy_loss"), want, "CCAPO-PPO-1", dtype=F64, what="share of steps counted as clipped")
 
 
@@ -309,8 +310,8 @@ def test_gradient_matches_finite_differences(ccapo, batch, kw, data):
     x = new.clone().requires_grad_(True)
     ccapo.policy_loss(x, old, ref, adv, mask, **kw)["loss"].backward()
     fd = finite_difference(lambda v: ccapo.policy_loss(v, old, ref, adv, mask, **kw)["loss"], new)
-    assert_close(x.grad, fd.numpy(), "CCAPO-PPO-2", what="d loss / d logp_new against finite differences")
-    arrays = [v.numpy() for v in (new, old, ref, adv, mask)]
+    assert_close(x.grad, to_numpy(fd), "CCAPO-PPO-2", what="d loss / d logp_new against finite differences")
+    arrays = [to_numpy(v) for v in (new, old, ref, adv, mask)]
     closed = np.array([[np_loss_slope(*arrays, b, t, clip=kw["clip_eps"], beta=kw["beta_kl"]) if mask[b, t] else 0.0
                         for t in range(new.shape[1])] for b in range(new.shape[0])])
     assert_close(x.grad, closed, "CCAPO-PPO-2", what="d loss / d logp_new against the closed form")
@@ -335,7 +336,7 @@ def test_one_sided_derivatives_at_the_clip_kinks(ccapo, batch, kw, data):
     adv[b, t] = data.draw(st.sampled_from([-1.0, 1.0])) * data.draw(st.floats(0.1, 3.0), label="|A|")
     new[b, t] = old[b, t] + kink
     loss = lambda v: ccapo.policy_loss(v, old, ref, adv, mask, **kw)["loss"]  # noqa: E731
-    arrays = [v.numpy() for v in (new, old, ref, adv, mask)]
+    arrays = [to_numpy(v) for v in (new, old, ref, adv, mask)]
 
     def slope_at(v: torch.Tensor) -> float:
         x = v.clone().requires_grad_(True)
@@ -347,7 +348,7 @@ def test_one_sided_derivatives_at_the_clip_kinks(ccapo, batch, kw, data):
     for side in (-1, 1):
         y = new.clone()
         y[b, t] += side * eps / 4
-        want = np_loss_slope(y.numpy(), *arrays[1:], b, t, clip=eps, beta=beta)
+        want = np_loss_slope(to_numpy(y), *arrays[1:], b, t, clip=eps, beta=beta)
         assert_close(slope_at(y), want, "CCAPO-PPO-1", approx="gradient",
                      what=f"{'left' if side < 0 else 'right'} derivative")
     x = new.clone().requires_grad_(True)

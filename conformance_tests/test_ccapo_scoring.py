@@ -41,7 +41,7 @@ def np_q(i, c, d, lam=1.0):
 def test_importance_formula(ccapo, counts, a):
     ns, nt = counts
     got = ccapo.importance(ns, nt, alpha_smooth=a)
-    assert_close(got, np_importance(ns.numpy(), nt.numpy(), a), "CCAPO-I-1")
+    assert_close(got, np_importance(to_numpy(ns), to_numpy(nt), a), "CCAPO-I-1")
     assert_that((got > 0) & (got < 1), "CCAPO-I-1", got, "I in (0, 1)")
 
 
@@ -79,7 +79,7 @@ def test_lookup_uses_smoothed_conditional_importance(ccapo, n_total):
 def test_criticality_formula(ccapo, counts, glob, eps):
     ns, nt = counts
     got = ccapo.criticality(ns, nt, float(glob[0]), float(glob[1]), eps=eps)
-    assert_close(got, np_criticality(ns.numpy(), nt.numpy(), *glob, eps=eps), "CCAPO-C-1", what=f"eps {eps}")
+    assert_close(got, np_criticality(to_numpy(ns), to_numpy(nt), *glob, eps=eps), "CCAPO-C-1", what=f"eps {eps}")
 
 
 @pytest.mark.clause("CCAPO-C-1")
@@ -121,7 +121,7 @@ def _icd(draw):
 def test_q_is_sigmoid_of_log(ccapo, icd, lam):
     i, c, d = icd
     got = ccapo.q_stdb(i, c, d, lam=lam)
-    assert_close(got, np_q(i.numpy(), c.numpy(), d.numpy(), lam), "CCAPO-Q-1")
+    assert_close(got, np_q(to_numpy(i), to_numpy(c), to_numpy(d), lam), "CCAPO-Q-1")
     x = (i * (1 + lam * c) * d).numpy()
     assert_close(got, x / (1 + x), "CCAPO-Q-1", what="sigma(log x) = x/(1+x)")
     assert_that((got > 0) & (got < 1), "CCAPO-Q-1", got, "Q in (0, 1)")
@@ -201,7 +201,7 @@ def test_score_steps_matches_formula(ccapo, counts, data):
                                                         distance_exponent=st.floats(0.0, 2.0),
                                                         lam=st.floats(0.0, 3.0), eps=st.floats(1e-8, 0.5)))))
     got = ccapo.score_steps(stats, [k[:2] for k in keys], [k[2] for k in keys], **hp)
-    nsn, ntn = ns.numpy().astype(float), nt.numpy().astype(float)
+    nsn, ntn = to_numpy(ns).astype(float), to_numpy(nt).astype(float)
     dg = np.where(nsn > 0, np.array(dsum) / np.maximum(nsn, 1), 0.0)
     want = np_q(np_importance(nsn, ntn, hp["alpha_smooth"]), np_criticality(nsn, ntn, gs, gt, eps=hp["eps"]),
                 (dg + 1) ** -hp["distance_exponent"], lam=hp["lam"])

@@ -20,6 +20,7 @@ from conformance_tests.harness import (
     assert_that,
     convention,
     finite_difference,
+    to_numpy,
 )
 from conformance_tests.test_isreshape_weights import isr_defaults, np_gamma, np_weight
 
@@ -76,7 +77,7 @@ def np_weights_for(batch_np, hp):
 
 
 def _np(batch):
-    return [t.numpy() for t in batch]
+    return [to_numpy(t) for t in batch]
 
 
 # hand example: pi = (1/2, 1/4), mu = (1/2, 1/8) -> r = (1, 2); A = (1, -2); both tokens in the mask
@@ -201,7 +202,7 @@ def test_loss_gradient_by_finite_differences(isreshape):
     g = grad_of(isreshape.policy_loss(x, ref, adv, m), x)
     w = np.array([W1, W2])
     fd = finite_difference(lambda z: -(torch.from_numpy(w) * adv * z * m).sum() * _gold_coef(), lp)
-    assert_close(g, fd.numpy(), "ISR-LOSS-2", approx=agg_tolerance())
+    assert_close(g, to_numpy(fd), "ISR-LOSS-2", approx=agg_tolerance())
 
 
 # ----------------------------------------------------------------------------- ISR-SFT-1
@@ -211,7 +212,7 @@ def test_sft_loss_value_and_gradient(isreshape, case):
     (lp, ref, _, m), hp = case
     x, r = lp.clone().requires_grad_(True), ref.clone().requires_grad_(True)
     loss = isreshape.sft_loss(x, r, m, **hp)
-    nlp, nref, nm = lp.numpy(), ref.numpy(), m.numpy()
+    nlp, nref, nm = to_numpy(lp), to_numpy(ref), to_numpy(m)
     c, eps = hp["log_ratio_clamp"], hp["mask_eps"]
     w = np_weight(np.exp(np.clip(nlp - nref, -c, c)), hp["gamma_sft"], hp["tau"])
     coef = agg_coef(nm, eps)

@@ -109,7 +109,7 @@ F_ONE_TAU1 = [-0.7598979245104498, -0.48983732480741826, 0.0, 0.9242343145200195
 def test_ratio_is_exp_of_clamped_log_ratio(isreshape, batch, kw):
     lp, ref, _, _ = batch
     c = kw["log_ratio_clamp"]
-    expected = np.exp(np.clip(lp.numpy() - ref.numpy(), -c, c))
+    expected = np.exp(np.clip(to_numpy(lp) - to_numpy(ref), -c, c))
     assert_close(isreshape.importance_ratio(lp, ref, **kw), expected, "ISR-RATIO-1")
 
 
@@ -186,7 +186,7 @@ def test_gamma_default_never_below_one_half(isreshape):
 @pytest.mark.clause("ISR-SAPO-1")
 @given(st_.isr_ratios(), st_.isr_taus())
 def test_sapo_weight_matches_closed_form(isreshape, r, tau):
-    assert_close(isreshape.sapo_weight(r, tau=tau), np_sapo(r.numpy(), tau), "ISR-SAPO-1")
+    assert_close(isreshape.sapo_weight(r, tau=tau), np_sapo(to_numpy(r), tau), "ISR-SAPO-1")
 
 
 @pytest.mark.clause("ISR-SAPO-1")
@@ -211,9 +211,9 @@ def test_sapo_weight_peaks_above_one(isreshape, tau, r_star, w_star):
 def test_sapo_gate_gradient_weight_is_sapo_weight(isreshape, r, tau):
     x = r.clone().requires_grad_(True)
     f = isreshape.sapo_gate(x, tau=tau)
-    assert_close(f.detach(), 4.0 / tau * expit(tau * (r.numpy() - 1.0)), "ISR-SAPO-2", what="f_SAPO value")
+    assert_close(f.detach(), 4.0 / tau * expit(tau * (to_numpy(r) - 1.0)), "ISR-SAPO-2", what="f_SAPO value")
     (g,) = torch.autograd.grad(f.sum(), x)
-    assert_close(r * g, np_sapo(r.numpy(), tau), "ISR-SAPO-2", what="r f'_SAPO(r) by autograd")
+    assert_close(r * g, np_sapo(to_numpy(r), tau), "ISR-SAPO-2", what="r f'_SAPO(r) by autograd")
 
 
 @pytest.mark.clause("ISR-SAPO-2")
@@ -230,7 +230,7 @@ def test_sapo_signed_temperature(isreshape, r, tau_pos, tau_neg, data):
     adv = data.draw(hnp.arrays(np.float64, len(r), elements=st.sampled_from([-1.5, -0.2, 0.0, 0.3, 2.0])))
     tau = np.where(adv > 0, tau_pos, tau_neg)
     got = isreshape.sapo_weight_signed(r, t64(adv, like=r), tau_pos=tau_pos, tau_neg=tau_neg)
-    assert_close(got, np_sapo(r.numpy(), tau), "ISR-SAPO-3")
+    assert_close(got, np_sapo(to_numpy(r), tau), "ISR-SAPO-3")
 
 
 @pytest.mark.clause("ISR-SAPO-3")
@@ -279,7 +279,7 @@ def test_sapo_gate_accepts_a_zero_ratio(isreshape):
 @given(st_.isr_ratios(), st_.isr_taus(), st.data())
 def test_weight_matches_closed_form(isreshape, r, tau, data):
     gam = data.draw(hnp.arrays(np.float64, len(r), elements=st.floats(0.0, 1.0)))
-    assert_close(isreshape.reshape_weight(r, t64(gam, like=r), tau=tau), np_weight(r.numpy(), gam, tau), "ISR-W-1")
+    assert_close(isreshape.reshape_weight(r, t64(gam, like=r), tau=tau), np_weight(to_numpy(r), gam, tau), "ISR-W-1")
 
 
 @pytest.mark.clause("ISR-W-1")
@@ -295,7 +295,7 @@ def test_weight_limits_in_gamma(isreshape, r, tau, gamma):
     w0 = isreshape.reshape_weight(r, 0.0, tau=tau)
     assert_close(w0, np.ones(len(r)), "ISR-W-2", what="gamma = 0 gives weight 1")
     w1 = isreshape.reshape_weight(r, 1.0, tau=tau)
-    assert_close(w1, np_sapo(r.numpy(), tau), "ISR-W-2", what="gamma = 1 gives the SAPO weight")
+    assert_close(w1, np_sapo(to_numpy(r), tau), "ISR-W-2", what="gamma = 1 gives the SAPO weight")
     wg = isreshape.reshape_weight(r, gamma, tau=tau)
     assert_close(wg, (1 - gamma) * to_numpy(w0) + gamma * to_numpy(w1), "ISR-W-2", what="affine in gamma")
     assert_close(isreshape.reshape_weight(t64([1.0]), gamma, tau=tau), [1.0], "ISR-W-2", what="w(1) = 1")
@@ -349,7 +349,7 @@ def test_reshape_weight_default_tau(isreshape, gamma):
 @pytest.mark.clause("ISR-F-1")
 @given(st_.isr_ratios(), st_.isr_taus(), st_.isr_gammas())
 def test_f_matches_closed_form(isreshape, r, tau, gamma):
-    assert_close(isreshape.reshape_f(r, gamma, tau=tau), np_f(r.numpy(), gamma, tau), "ISR-F-1")
+    assert_close(isreshape.reshape_f(r, gamma, tau=tau), np_f(to_numpy(r), gamma, tau), "ISR-F-1")
 
 
 @pytest.mark.clause("ISR-F-1")
@@ -363,7 +363,7 @@ def test_f_golden(isreshape, gamma, expected):
 def test_r_times_f_prime_is_weight_by_autograd(isreshape, r, tau, gamma):
     x = r.clone().requires_grad_(True)
     (g,) = torch.autograd.grad(isreshape.reshape_f(x, gamma, tau=tau).sum(), x)
-    assert_close(r * g, np_weight(r.numpy(), gamma, tau), "ISR-F-2", what="r f'(r) (autograd) vs closed-form w")
+    assert_close(r * g, np_weight(to_numpy(r), gamma, tau), "ISR-F-2", what="r f'(r) (autograd) vs closed-form w")
     assert_close(r * g, to_numpy(isreshape.reshape_weight(r, gamma, tau=tau)), "ISR-F-2",
                  what="r f'(r) (autograd) vs the implementation's w")
 
@@ -376,10 +376,10 @@ def test_r_times_f_prime_is_weight_by_finite_differences(isreshape, r, tau, gamm
         return to_numpy(isreshape.reshape_f(torch.from_numpy(np.exp(np.asarray(u, dtype=np.float64))), gamma, tau=tau))
 
     # an absolute tolerance: where w is ~1e-7 (far tails) a purely relative criterion never converges
-    res = derivative(f_of_log, np.log(r.numpy()), tolerances={"atol": 1e-10, "rtol": 1e-9})
+    res = derivative(f_of_log, np.log(to_numpy(r)), tolerances={"atol": 1e-10, "rtol": 1e-9})
     if not np.all(res.success):
         fail("ISR-F-2", res.df, "a converged scipy finite difference", "scipy.differentiate did not converge")
-    assert_close(res.df, np_weight(r.numpy(), gamma, tau), "ISR-F-2",
+    assert_close(res.df, np_weight(to_numpy(r), gamma, tau), "ISR-F-2",
                  what="scipy finite-difference r f'(r) vs the closed-form w")
     assert_close(res.df, to_numpy(isreshape.reshape_weight(r, gamma, tau=tau)), "ISR-F-2",
                  what="scipy finite-difference r f'(r) vs the implementation's w")
@@ -396,9 +396,9 @@ def test_r_times_f_prime_golden(isreshape):
 @pytest.mark.clause("ISR-F-3")
 @given(st_.isr_ratios(), st_.isr_taus())
 def test_f_limits_and_sapo_relation(isreshape, r, tau):
-    assert_close(isreshape.reshape_f(r, 0.0, tau=tau), np.log(r.numpy()), "ISR-F-3", what="f_0 = log r")
+    assert_close(isreshape.reshape_f(r, 0.0, tau=tau), np.log(to_numpy(r)), "ISR-F-3", what="f_0 = log r")
     f1 = isreshape.reshape_f(r, 1.0, tau=tau)
-    assert_close(f1, 4.0 / tau * expit(tau * (r.numpy() - 1.0)) - 2.0 / tau, "ISR-F-3", what="f_1 = f_SAPO - 2/tau")
+    assert_close(f1, 4.0 / tau * expit(tau * (to_numpy(r) - 1.0)) - 2.0 / tau, "ISR-F-3", what="f_1 = f_SAPO - 2/tau")
     assert_close(f1, to_numpy(isreshape.sapo_gate(r, tau=tau) - 2.0 / tau), "ISR-F-3",
                  what="f_1 vs the implementation's f_SAPO - 2/tau")
 

@@ -23,6 +23,7 @@ from conformance_tests.harness import (
     pin,
     require_differentiable,
     require_masks,
+    to_numpy,
     working_dtype,
 )
 from conformance_tests.contract import required_outputs
@@ -74,9 +75,9 @@ def minibatches(draw, dtype):
     n, a = draw(st_.batch_shapes(max_batch=8, min_actions=2, max_actions=6))
     logits = draw(st_.tensors((n, a), lo=-3.0, hi=3.0, dtype=dtype))
     mask = draw(st_.legal_masks((n, a))) if masks_supported() else torch.ones(n, a, dtype=torch.bool)
-    action = torch.tensor([draw(st.sampled_from(np.flatnonzero(row.numpy()).tolist())) for row in mask])
+    action = torch.tensor([draw(st.sampled_from(np.flatnonzero(to_numpy(row)).tolist())) for row in mask])
     p = masked_softmax(np_(logits), np_(mask).astype(bool))
-    log_now = np.log(p[np.arange(n), action.numpy()])
+    log_now = np.log(p[np.arange(n), to_numpy(action)])
     shift = np.array(draw(st.lists(st.floats(-0.6, 0.6), min_size=n, max_size=n)))
     batch = {"obs": torch.arange(n), "action": action, "mask": mask,
              "old_log_prob": torch.tensor(log_now + shift, dtype=dtype),

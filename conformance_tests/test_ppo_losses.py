@@ -30,6 +30,7 @@ from conformance_tests.harness import (
     np_standardise,
     on_device,
     require_dtype,
+    to_numpy,
     tolerance,
     working_dtype,
 )
@@ -56,7 +57,7 @@ def _op_clip_fraction() -> str:
 @given(st_.log_prob_pairs())
 def test_ratio_is_exp_of_log_prob_difference(ppo, pair):
     old, new = pair
-    assert_close(ppo.ratio(new, old), np.exp(new.numpy() - old.numpy()), "PPO-RATIO-1")
+    assert_close(ppo.ratio(new, old), np.exp(to_numpy(new) - to_numpy(old)), "PPO-RATIO-1")
 
 
 @pytest.mark.clause("PPO-RATIO-1")
@@ -98,7 +99,7 @@ def test_approx_kl_golden_can_be_negative(ppo):
 @given(st_.log_prob_pairs())
 def test_k3_kl_is_mean_r_minus_1_minus_log_r_and_non_negative(ppo, pair):
     old, new = pair
-    lr = new.numpy() - old.numpy()
+    lr = to_numpy(new) - to_numpy(old)
     got = ppo.k3_kl(old, new)
     assert_close(got, np.mean(np.expm1(lr) - lr), "PPO-KL-2")
     assert_that(float(got) >= 0.0, "PPO-KL-2", got, "a non-negative estimate")
@@ -116,7 +117,7 @@ def test_k3_kl_golden(ppo):
 def test_clip_fraction_is_share_outside_the_clip_range(ppo, ra, kw):
     r, _ = ra
     conv = _op_clip_fraction()
-    assert_close(ppo.clip_fraction(r, **kw), np_clip_fraction(r.numpy(), kw["clip_eps"], conv), "PPO-CLIPFRAC-1")
+    assert_close(ppo.clip_fraction(r, **kw), np_clip_fraction(to_numpy(r), kw["clip_eps"], conv), "PPO-CLIPFRAC-1")
 
 
 @pytest.mark.clause("PPO-CLIPFRAC-1")
@@ -145,7 +146,7 @@ def np_clipped_loss(r, a, eps):
 def test_clipped_policy_loss(ppo, ra, kw):
     r, a = ra
     eps = kw["clip_eps"]
-    assert_close(ppo.clipped_policy_loss(r, a, **kw), np_clipped_loss(r.numpy(), a.numpy(), eps), "PPO-LOSS-1")
+    assert_close(ppo.clipped_policy_loss(r, a, **kw), np_clipped_loss(to_numpy(r), to_numpy(a), eps), "PPO-LOSS-1")
 
 
 @pytest.mark.clause("PPO-LOSS-1")
@@ -168,13 +169,13 @@ def test_clipped_policy_loss_golden(ppo):
 @given(st_.ratios_and_advantages(max_batch=6))
 def test_clipped_policy_loss_gradient_matches_finite_differences(ppo, ra):
     r, a = ra
-    r = r[(np.abs(np.abs(r.numpy() - 1.0) - 0.2) > 1e-3)]  # away from the kinks of clip
+    r = r[(np.abs(np.abs(to_numpy(r) - 1.0) - 0.2) > 1e-3)]  # away from the kinks of clip
     a = a[: len(r)]
     if len(r) == 0:
         return
     x = r.clone().requires_grad_(True)
     ppo.clipped_policy_loss(x, a, clip_eps=0.2).backward()
-    fd = finite_difference(lambda v: np_clipped_loss(v.numpy(), a.numpy(), 0.2), r)
+    fd = finite_difference(lambda v: np_clipped_loss(to_numpy(v), to_numpy(a), 0.2), r)
     assert_close(x.grad, fd, "PPO-LOSS-1", what="autograd vs finite differences", approx="gradient")
 
 
@@ -249,14 +250,14 @@ def test_losses_do_not_scale_with_batch_size(ppo, ra, k):
     r, a = ra
     rep = lambda x: x.repeat(k)  # noqa: E731
     assert_close(ppo.clipped_policy_loss(rep(r), rep(a), clip_eps=0.2),
-                 np_clipped_loss(r.numpy(), a.numpy(), 0.2), "PPO-LOSS-4", what="policy loss")
-    assert_close(ppo.value_loss(rep(r), rep(a)), convention("value_loss_factor") * np.mean((a.numpy() - r.numpy()) ** 2),
+                 np_clipped_loss(to_numpy(r), to_numpy(a), 0.2), "PPO-LOSS-4", what="policy loss")
+    assert_close(ppo.value_loss(rep(r), rep(a)), convention("value_loss_factor") * np.mean((to_numpy(a) - to_numpy(r)) ** 2),
                  "PPO-LOSS-4", what="value loss")
     old, new = -r.abs(), -a.abs()
-    assert_close(ppo.approx_kl(rep(old), rep(new)), np_approx_kl(old.numpy(), new.numpy(), convention("approx_kl")),
+    assert_close(ppo.approx_kl(rep(old), rep(new)), np_approx_kl(to_numpy(old), to_numpy(new), convention("approx_kl")),
                  "PPO-LOSS-4", what="approx_kl")
     if convention("clip_fraction") == "ratio_outside":  # active_clips: the op has no advantages (loss level)
-        assert_close(ppo.clip_fraction(rep(r), clip_eps=0.2), np_clip_fraction(r.numpy(), 0.2, "ratio_outside"),
+        assert_close(ppo.clip_fraction(rep(r), clip_eps=0.2), np_clip_fraction(to_numpy(r), 0.2, "ratio_outside"),
                      "PPO-LOSS-4", what="clip_fraction")
 
 
@@ -318,7 +319,7 @@ def test_advantage_normalisation_golden(ppo):
 def test_advantage_clamp(ppo, adv):
     adv = adv.clone()
     adv[0] = 1e6  # one outlier: its standardised value is about sqrt(N-1) > 3
-    z = np_standardise(adv.numpy(), convention("advantage_std"), 1e-8)
+    z = np_standardise(to_numpy(adv), convention("advantage_std"), 1e-8)
     assert_close(ppo.normalize_advantages(adv, clamp=3.0), np.clip(z, -3, 3), "PPO-ADV-2")
     assert_close(ppo.normalize_advantages(adv, clamp=10.0), np.clip(z, -10, 10), "PPO-ADV-2")
 
@@ -386,7 +387,7 @@ def test_kl_early_stop_defaults_and_strict_threshold(ppo, scale, stop):
 @pytest.mark.clause("PPO-REWARD-1")
 @given(st_.advantages(scale=20.0), st_.keyword_arguments("ppo.scale_reward"))
 def test_reward_scaling(ppo, r, kw):
-    assert_close(ppo.scale_reward(r, **kw), np.clip(r.numpy() / kw["scale"], -1, 1), "PPO-REWARD-1")
+    assert_close(ppo.scale_reward(r, **kw), np.clip(to_numpy(r) / kw["scale"], -1, 1), "PPO-REWARD-1")
 
 
 @pytest.mark.clause("PPO-REWARD-1")
@@ -533,14 +534,14 @@ def test_entropy_ratio_with_zero_choice_rows(ppo, zm, data):
         keep = int(mask[b].nonzero()[0])
         mask[b] = False
         mask[b, keep] = True
-    ent = torch.tensor(-np.where(mask.numpy(), np.exp(_np_lsm(z, mask)) * _np_lsm(z, mask), 0.0).sum(-1))
-    den = np.log(mask.numpy().sum(-1)).sum()
-    expected = ent.numpy().sum() / den if den > 0 else 0.0
+    ent = torch.tensor(-np.where(to_numpy(mask), np.exp(_np_lsm(z, mask)) * _np_lsm(z, mask), 0.0).sum(-1))
+    den = np.log(to_numpy(mask).sum(-1)).sum()
+    expected = to_numpy(ent).sum() / den if den > 0 else 0.0
     assert_close(ppo.entropy_ratio(ent, mask), expected, "PPO-SLO-4")
 
 
 def _np_lsm(z, mask):
-    zz = np.where(mask.numpy(), z.numpy(), -np.inf)
+    zz = np.where(to_numpy(mask), to_numpy(z), -np.inf)
     m = zz.max(-1, keepdims=True)
     out = zz - m - np.log(np.exp(zz - m).sum(-1, keepdims=True))
-    return np.where(mask.numpy(), out, 0.0)
+    return np.where(to_numpy(mask), out, 0.0)

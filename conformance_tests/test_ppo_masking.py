@@ -78,7 +78,7 @@ def test_masked_logits_fill_illegal_and_keep_legal(ppo, zm):
 def test_masked_distribution_is_softmax_over_the_legal_set(ppo, zm):
     z, mask = zm
     dist = ppo.masked_distribution(z, mask)
-    assert_close(dist.probs, oracles.masked_softmax(z.numpy(), mask.numpy()), "PPO-MASK-1")
+    assert_close(dist.probs, oracles.masked_softmax(to_numpy(z), to_numpy(mask)), "PPO-MASK-1")
 
 
 @pytest.mark.clause("PPO-MASK-1")
@@ -116,8 +116,8 @@ def test_sampled_actions_are_legal_and_follow_the_masked_softmax(ppo, zm, seed):
     action = host(action).view(reps, -1)
     legal = mask.repeat(reps, 1).gather(1, action.reshape(-1, 1)).view(reps, -1)
     assert_that(legal, "PPO-MASK-2", action, "only actions legal under their mask")
-    freq = np.stack([np.bincount(action[:, b].numpy(), minlength=z.shape[1]) / reps for b in range(z.shape[0])])
-    assert_close(freq, oracles.masked_softmax(z.numpy(), mask.numpy()), "PPO-MASK-2", what="sample frequencies")
+    freq = np.stack([np.bincount(to_numpy(action[:, b]), minlength=z.shape[1]) / reps for b in range(z.shape[0])])
+    assert_close(freq, oracles.masked_softmax(to_numpy(z), to_numpy(mask)), "PPO-MASK-2", what="sample frequencies")
 
 
 @pytest.mark.clause("PPO-MASK-2")
@@ -149,7 +149,7 @@ def test_replay_scores_the_stored_action_under_the_stored_mask(ppo, zm, data):
     z, mask = zm
     action = legal_actions(mask, data)
     new, _ = ppo.evaluate_actions(z, mask, action)
-    assert_close(new, np_masked_log_softmax(z, mask)[np.arange(len(action)), action.numpy()], "PPO-MASK-3")
+    assert_close(new, np_masked_log_softmax(z, mask)[np.arange(len(action)), to_numpy(action)], "PPO-MASK-3")
 
 
 @pytest.mark.clause("PPO-MASK-3")
@@ -178,7 +178,7 @@ def test_new_log_prob_is_a_log_softmax_even_at_extreme_logits(ppo, zm, data):
     action = legal_actions(mask, data)
     new, _ = ppo.evaluate_actions(z, mask, action)
     assert_that(torch.isfinite(new), "PPO-LOGP-1", new, "a finite log-prob for every legal action")
-    assert_close(new, np_masked_log_softmax(z, mask)[np.arange(len(action)), action.numpy()], "PPO-LOGP-1")
+    assert_close(new, np_masked_log_softmax(z, mask)[np.arange(len(action)), to_numpy(action)], "PPO-LOGP-1")
 
 
 @pytest.mark.clause("PPO-LOGP-1")
@@ -213,9 +213,9 @@ def test_new_log_prob_is_differentiable_in_the_logits(ppo, zm, data):
     z = z.clone().requires_grad_(True)
     new, _ = ppo.evaluate_actions(z, mask, action)
     (grad,) = torch.autograd.grad(new.sum(), z)
-    p = oracles.masked_softmax(z.detach().numpy(), mask.numpy())
+    p = oracles.masked_softmax(to_numpy(z), to_numpy(mask))
     expected = -p
-    expected[np.arange(len(action)), action.numpy()] += 1.0  # d log π(a) / dz = e_a − π
+    expected[np.arange(len(action)), to_numpy(action)] += 1.0  # d log π(a) / dz = e_a − π
     assert_close(grad, expected, "PPO-LOGP-1", what="gradient")
 
 
@@ -226,7 +226,7 @@ def test_entropy_is_the_masked_distribution_entropy(ppo, zm, data):
     z, mask = zm
     _, ent = ppo.evaluate_actions(z, mask, legal_actions(mask, data))
     assert_close(ent, np_masked_entropy(z, mask), "PPO-ENT-1")
-    legal_log = np.log(mask.numpy().sum(-1))
+    legal_log = np.log(to_numpy(mask).sum(-1))
     bound = legal_log + slack("PPO-ENT-1", legal_log)  # rounding of the inputs' dtype, as assert_close allows
     assert_that(torch.as_tensor(to_numpy(ent) <= bound), "PPO-ENT-1", ent, "at most log|A(s)|")
 
@@ -263,7 +263,7 @@ def test_masking_holds_in_low_precision(ppo, dtype, zm, data):
     new, ent = ppo.evaluate_actions(zl, mask, action)
     assert_that(torch.isfinite(new), "PPO-MASK-4", new, f"finite log-probs of legal actions in {dtype}")
     assert_that(torch.isfinite(ent), "PPO-MASK-4", ent, f"finite entropy in {dtype}")
-    expected = np_masked_log_softmax(zl.double(), mask)[np.arange(len(action)), action.numpy()]
+    expected = np_masked_log_softmax(zl.double(), mask)[np.arange(len(action)), to_numpy(action)]
     assert_close(new, expected, "PPO-MASK-4", dtype=dtype, what="log-prob")
     assert_close(ent, np_masked_entropy(zl.double(), mask), "PPO-MASK-4", dtype=dtype, what="entropy")
     probs = ppo.masked_distribution(zl, mask).probs
@@ -273,8 +273,8 @@ def test_masking_holds_in_low_precision(ppo, dtype, zm, data):
     lp, _ = ppo.evaluate_actions(x, mask, action)
     (g,) = torch.autograd.grad(lp.sum(), x)
     pi = np.exp(np_masked_log_softmax(zl.double(), mask))
-    onehot = np.eye(z.shape[1])[action.numpy()]
-    assert_low_precision(g, np.where(mask.numpy(), onehot - pi, 0.0), "PPO-MASK-4", dtype, "d log pi / d logits")
+    onehot = np.eye(z.shape[1])[to_numpy(action)]
+    assert_low_precision(g, np.where(to_numpy(mask), onehot - pi, 0.0), "PPO-MASK-4", dtype, "d log pi / d logits")
 
 
 @pytest.mark.clause("PPO-MASK-4")

@@ -40,7 +40,7 @@ class TableActor(torch.nn.Module):
         self.forwards: list[tuple[np.ndarray, np.ndarray]] = []
 
     def forward(self, obs):
-        self.forwards.append((host(obs).numpy().copy(), host(self.table).numpy().copy()))
+        self.forwards.append((to_numpy(host(obs)).copy(), to_numpy(host(self.table)).copy()))
         return self.table[obs]
 
 
@@ -95,16 +95,16 @@ def oracle_metrics(forward, batch, clip_eps=HP["clip_eps"]):
 def oracle_first_gradient(r, batch, vf_coef=HP["vf_coef"], ent_coef=HP["ent_coef"]):
     """Closed-form gradient of the total loss at θ = θ_old (ratio 1): per-state table and value rows (the
     value term's factor from the value_loss_factor convention)."""
-    z, mask = r["logits"].numpy(), r["mask"].numpy()
+    z, mask = to_numpy(r["logits"]), to_numpy(r["mask"])
     n = len(z)
     lp = np_log_softmax(z, mask)
     p = np.where(mask, np.exp(lp), 0.0)
     logp = np.where(mask, lp, 0.0)
     H = -(p * logp).sum(-1, keepdims=True)
     onehot = np.eye(z.shape[1])[to_numpy(batch["action"])]
-    adv = r["advantage"].numpy()[:, None]
+    adv = to_numpy(r["advantage"])[:, None]
     g_z = -adv * (onehot - p) / n + ent_coef * p * (logp + H) / n
-    g_v = 2 * convention("value_loss_factor") * vf_coef * (r["values"].numpy() - r["return"].numpy()) / n
+    g_v = 2 * convention("value_loss_factor") * vf_coef * (to_numpy(r["values"]) - to_numpy(r["return"])) / n
     return g_z, g_v
 
 
@@ -177,8 +177,8 @@ def test_first_step_follows_the_gradient_of_the_documented_loss(ppo, r, attached
     ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=1e9,
                    target_kl=None, generator=generator(0), **HP)
     g_z, g_v = np_clip_steps(*oracle_first_gradient(r, batch), 1e9)  # a bound far above: clipping is inactive
-    step_z = r["logits"].numpy() - to_numpy(actor.table)
-    step_v = r["values"].numpy() - to_numpy(critic.v)
+    step_z = to_numpy(r["logits"]) - to_numpy(actor.table)
+    step_v = to_numpy(r["values"]) - to_numpy(critic.v)
     rtol, atol = tolerance("PPO-UPDATE-3", r["logits"].dtype)  # the rollout's declared dtype
     ok = np.allclose(step_z, g_z, rtol=rtol, atol=atol) and np.allclose(step_v, g_v, rtol=rtol, atol=atol)
     note = "old_log_prob given attached to the actor's graph" if attached else "old_log_prob given detached"
@@ -196,9 +196,9 @@ def test_update_clips_the_gradient_norm_of_each_network(ppo, r, max_norm):
     ppo.ppo_update(actor, critic, opt, batch, epochs=1, minibatch_size=len(r["values"]), max_grad_norm=max_norm,
                    target_kl=None, generator=generator(0), **HP)
     expected, expected_v = np_clip_steps(*oracle_first_gradient(r, batch), max_norm)
-    step = r["logits"].numpy() - to_numpy(actor.table)
+    step = to_numpy(r["logits"]) - to_numpy(actor.table)
     assert_close(torch.from_numpy(step), expected, "PPO-GRAD-1", what="actor step = lr x clipped gradient")
-    step_v = r["values"].numpy() - to_numpy(critic.v)
+    step_v = to_numpy(r["values"]) - to_numpy(critic.v)
     assert_close(torch.from_numpy(step_v), expected_v, "PPO-GRAD-1", what="critic step = lr x clipped gradient")
 
 
@@ -447,11 +447,11 @@ def test_every_step_matches_a_plain_loop_with_a_shared_trunk(ppo, case):
     for k, rows in enumerate(seen):
         got = net.forwards[k][1]
         for i, (pg, pw) in enumerate(zip(got, params)):
-            assert_close(pg, pw.detach().numpy(), "PPO-UPDATE-4", what=f"parameter {i} before step {k}")
+            assert_close(pg, to_numpy(pw), "PPO-UPDATE-4", what=f"parameter {i} before step {k}")
         idx = torch.tensor(rows)
         mb = {key: v[idx] for key, v in fields.items()}
         own.zero_grad()
         plain_minibatch_loss(params, mb, **hp).backward()
         own.step()
     for i, (pg, pw) in enumerate(zip(net.params(), params)):
-        assert_close(pg.detach(), pw.detach().numpy(), "PPO-UPDATE-4", what=f"parameter {i} after the update")
+        assert_close(pg.detach(), to_numpy(pw), "PPO-UPDATE-4", what=f"parameter {i} after the update")

@@ -33,6 +33,7 @@ from conformance_tests.harness import (
     require_masks,
     temperature_loss_scale,
     terminated_truncated,
+    to_numpy,
     working_dtype,
 )
 from conformance_tests.contract import outputs
@@ -120,7 +121,7 @@ def loss_batches(draw, dtype):
     table = lambda: draw(st_.tensors((2 * b, a), lo=-4.0, hi=4.0, dtype=dtype))  # noqa: E731
     masks = _all_legal_unless_masks(draw(st_.legal_masks((2 * b, a))))
     legal, next_legal = masks[:b], masks[b:]
-    action = torch.tensor([draw(st.sampled_from(np.flatnonzero(row.numpy()).tolist())) for row in legal])
+    action = torch.tensor([draw(st.sampled_from(np.flatnonzero(to_numpy(row)).tolist())) for row in legal])
     batch = {"obs": torch.arange(b), "next_obs": torch.arange(b, 2 * b), "action": action,
              "reward": draw(st_.tensors((b,), lo=-2.0, hi=2.0, dtype=dtype)),
              "done": torch.tensor(draw(st.lists(st.booleans(), min_size=b, max_size=b))),

@@ -17,9 +17,9 @@ from conformance_tests.harness import (
     assert_dtype,
     assert_equal,
     assert_no_grad,
+    assert_no_grad_into,
     assert_rejects,
     assert_that,
-    assert_no_grad_into,
     capability,
     clause_ids_in,
     convention,
@@ -34,8 +34,9 @@ from conformance_tests.harness import (
     pin,
     pin_value,
     require_differentiable,
-    temperature_loss_scale,
     slack,
+    temperature_loss_scale,
+    to_numpy,
     working_dtype,
 )
 from conformance_tests.oracles import masked_softmax, np_
@@ -295,7 +296,7 @@ def test_cql_penalty_matches_scipy(sac, shape, data, lam):
     lam = pin_value("sac.cql_penalty", "lam", lam)
     got = sac.cql_penalty(q, a, lam=lam)
     qn = np_(q)
-    expected = lam * (logsumexp(qn, axis=-1).mean() - qn[np.arange(shape[0]), a.numpy()].mean())
+    expected = lam * (logsumexp(qn, axis=-1).mean() - qn[np.arange(shape[0]), to_numpy(a)].mean())
     assert_close(got, expected, "SAC-CQL-1")
 
 
@@ -326,7 +327,7 @@ def test_bc_loss_is_mean_nll_over_demo_rows_only(sac, batch, kw):
     lam = kw["lam"]
     logp, actions, is_demo = batch
     got = sac.bc_loss(logp, actions, is_demo, lam=lam)
-    ln, an, dn = np_(logp), actions.numpy(), is_demo.numpy()
+    ln, an, dn = np_(logp), to_numpy(actions), to_numpy(is_demo)
     nll = -ln[np.arange(len(an)), an]
     expected = lam * nll[dn].mean() if dn.any() else 0.0
     assert_close(got, expected, "SAC-BC-1")
@@ -431,7 +432,7 @@ def loss_inputs(draw):
     scale = draw(st.sampled_from([5.0, 1e3]))
     q1, q2 = (draw(st_.q_values(tuple(z.shape), scale=scale)) for _ in range(2))
     B = z.shape[0]
-    actions = torch.tensor([draw(st.sampled_from(np.flatnonzero(mask[b].numpy()).tolist())) for b in range(B)])
+    actions = torch.tensor([draw(st.sampled_from(np.flatnonzero(to_numpy(mask[b])).tolist())) for b in range(B)])
     is_demo = torch.tensor(draw(st.lists(st.booleans(), min_size=B, max_size=B)))
     y = draw(st_.tensors((B,), lo=-scale, hi=scale))
     return _probs_from_logits(z, mask), mask, q1, q2, actions, is_demo, y, draw(st.floats(0.01, 2.0))

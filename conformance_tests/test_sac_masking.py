@@ -37,7 +37,7 @@ def assert_masked_probs(got, z, mask, clause: str, *, eps: float = EPS, dtype=No
     are the softmax over the legal set and nothing is NaN. The seed's eps_clip lifts every entry to at least
     eps (illegal ones exactly eps); "finite" leaves illegal entries in [0, eps] and "neg_inf" at exactly 0,
     legal entries unclipped."""
-    p, m = np_legal_softmax(z.double().numpy(), mask.numpy()), mask.numpy()
+    p, m = np_legal_softmax(z.double().numpy(), to_numpy(mask)), to_numpy(mask)
     got = host(got)
     assert_that(~torch.isnan(got), clause, got, "no NaN")
     fill = convention("mask_fill")
@@ -275,7 +275,7 @@ def test_target_entropy_counts_past_255_legal_actions(sac, legal):
 
 def _target_count(mask: torch.Tensor) -> np.ndarray:
     """|A(s)| per state (the seed), or the whole action space for every state (target_entropy "scalar")."""
-    m = mask.numpy()
+    m = to_numpy(mask)
     return m.sum(-1) if convention("target_entropy") == "per_state_legal" else np.full(len(m), m.shape[-1])
 
 
@@ -290,7 +290,7 @@ def _per_state(target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 @given(st_.policies())
 def test_entropy_sums_over_the_legal_set(sac, pm):
     p, mask = pm
-    pn, mn = p.numpy(), mask.numpy()
+    pn, mn = to_numpy(p), to_numpy(mask)
     expected = -np.where(mn, pn * np.log(pn), 0.0).sum(-1)
     assert_close(sac.entropy(p, mask), expected, "SAC-ENT-2")
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance_tests import strategies as st_
-from conformance_tests.harness import assert_close, assert_equal, assert_that
+from conformance_tests.harness import assert_close, assert_equal, assert_that, to_numpy
 
 
 @pytest.mark.clause("SAC-MIX-1")
@@ -78,7 +78,7 @@ def test_reject_mode_drops_only_illegal_teacher_actions(sac, case):
 def test_relabel_mode_maps_to_nearest_legal_action(sac, case):
     a, mask = case
     action, accepted, relabeled = sac.resolve_teacher_action(a, mask, mode="relabel")
-    mn = mask.numpy()
+    mn = to_numpy(mask)
     for b, t in enumerate(a.tolist()):
         legal_ids = np.flatnonzero(mn[b])
         want = t if mn[b, t] else int(legal_ids[np.argmin(np.abs(legal_ids - t))])  # first minimum = lower id

@@ -48,7 +48,7 @@ def _np_cql(q: np.ndarray, mask: np.ndarray, a: np.ndarray, lam: float) -> float
 @st.composite
 def legal_actions(draw, mask: torch.Tensor) -> torch.Tensor:
     """One legal action per row of ``mask``."""
-    return torch.tensor([draw(st.sampled_from(np.flatnonzero(row).tolist())) for row in mask.numpy()])
+    return torch.tensor([draw(st.sampled_from(np.flatnonzero(row).tolist())) for row in to_numpy(mask)])
 
 
 @st.composite
@@ -65,7 +65,7 @@ def q_batches(draw, max_actions: int = 8, scale: float = 10.0):
 def test_cql_log_sum_exp_runs_over_the_legal_set(sac, case, lam):
     q, mask, a = case
     lam = pin_value("sac.cql_penalty", "lam", lam)
-    assert_close(sac.cql_penalty(q, a, lam=lam, legal_mask=mask), _np_cql(np_(q), np_(mask), a.numpy(), lam), "SAC-CQL-1")
+    assert_close(sac.cql_penalty(q, a, lam=lam, legal_mask=mask), _np_cql(np_(q), np_(mask), to_numpy(a), lam), "SAC-CQL-1")
 
 
 @pytest.mark.clause("SAC-CQL-1")
@@ -98,7 +98,7 @@ def test_cql_gradient_is_legal_softmax_minus_taken_one_hot(sac, case, lam):
     qn, mn, B = np_(q), np_(mask), q.shape[0]
     z = np.where(mn, qn, -np.inf)
     soft = np.exp(z - logsumexp(z, axis=-1, keepdims=True))
-    onehot = np.eye(q.shape[1])[a.numpy()]
+    onehot = np.eye(q.shape[1])[to_numpy(a)]
     assert_close(q.grad, lam * (soft - onehot) / B, "SAC-CQL-1", what="dL/dQ = λ(softmax_legal − e_a)/B",
                  approx="gradient")
 
@@ -132,7 +132,7 @@ def test_total_critic_loss_matches_numpy(sac, case, delta, lam, use_cql):
     q1, q2, mask, a, y = case
     delta = critic_delta(delta)  # δ = 1 unless the implementation supports any δ
     got = sac.critic_loss_total(q1, q2, a, y, legal_mask=mask, delta=delta, lam_cql=lam, use_cql=use_cql)
-    want = _np_critic_total(np_(q1), np_(q2), np_(mask), a.numpy(), np_(y), delta, lam, use_cql)
+    want = _np_critic_total(np_(q1), np_(q2), np_(mask), to_numpy(a), np_(y), delta, lam, use_cql)
     assert_close(got, want, "SAC-CRITIC-2")
 
 
@@ -159,7 +159,7 @@ def test_total_critic_loss_gradient_and_no_gradient_into_target(sac, case, lam):
     y = y.clone().requires_grad_(True)
     sac.critic_loss_total(q1, q2, a, y, legal_mask=mask, lam_cql=lam).backward()
     assert_that(y.grad is None or bool((y.grad == 0).all()), "SAC-CRITIC-2", y.grad, "no gradient into the target y")
-    qn, mn, an, B = np_(q1), np_(mask), a.numpy(), q1.shape[0]
+    qn, mn, an, B = np_(q1), np_(mask), to_numpy(a), q1.shape[0]
     err = qn[np.arange(B), an] - np_(y)
     z = np.where(mn, qn, -np.inf)
     want = lam * (np.exp(z - logsumexp(z, axis=-1, keepdims=True)) - np.eye(q1.shape[1])[an]) / B
@@ -209,7 +209,7 @@ def policy_total_cases(draw):
 def test_total_policy_loss_matches_numpy(sac, case, alpha, lam_bc, mass):
     probs, q1, q2, mask, a, demo = case
     got = sac.policy_loss_total(probs, q1, q2, mask, a, demo, alpha=alpha, lam_bc=lam_bc, p=mass)
-    want = _np_policy_total(np_(probs), np_(q1), np_(q2), np_(mask), a.numpy(), demo.numpy(), alpha, lam_bc, mass)
+    want = _np_policy_total(np_(probs), np_(q1), np_(q2), np_(mask), to_numpy(a), to_numpy(demo), alpha, lam_bc, mass)
     assert_close(got, want, "SAC-POL-3")
 
 
@@ -233,8 +233,8 @@ def test_total_policy_loss_is_option_a_plus_bc(sac, case, lam_bc):
     probs, q1, q2, mask, a, demo = case
     total = sac.policy_loss_total(probs, q1, q2, mask, a, demo, alpha=0.2, lam_bc=lam_bc)
     parts = sac.policy_loss(probs, q1, q2, mask, alpha=0.2) + sac.bc_loss(torch.log(probs), a, demo, lam=lam_bc)
-    nll = -np.log(np_(probs)[np.arange(len(a)), a.numpy()])
-    bc = lam_bc * nll[demo.numpy()].mean() if bool(demo.any()) else 0.0
+    nll = -np.log(np_(probs)[np.arange(len(a)), to_numpy(a)])
+    bc = lam_bc * nll[to_numpy(demo)].mean() if bool(demo.any()) else 0.0
     assert_close(total, float(parts), "SAC-POL-3", what="total vs policy_loss + bc_loss")
     assert_close(float(total) - float(sac.policy_loss(probs, q1, q2, mask, alpha=0.2)), bc, "SAC-POL-3",
                  what="the BC share of the total")
@@ -313,7 +313,7 @@ def _o_update(nets, b, hp, lrs):
     alpha = float(torch.exp(la))
     with torch.no_grad():
         pn = _o_softmax(policy(b["next_obs"]), b["next_legal_mask"])
-        sup = torch.tensor(_np_top_p_support(pn.numpy(), b["next_legal_mask"].numpy(), hp["top_p"]))
+        sup = torch.tensor(_np_top_p_support(to_numpy(pn), to_numpy(b["next_legal_mask"]), hp["top_p"]))
         pp = torch.where(sup, pn, torch.zeros_like(pn))
         pp = pp / pp.sum(-1, keepdim=True)
         q1t, q2t = target(b["next_obs"])
@@ -335,7 +335,7 @@ def _o_update(nets, b, hp, lrs):
         q1c, q2c = critic(b["obs"])
     qmin, m = torch.minimum(q1c, q2c), b["legal_mask"]
     if hp["policy_use_topp"]:  # option B: the detached Top-p set of π, π renormalised on it (SAC-POL-2)
-        sel = torch.tensor(_np_top_p_support(pi.detach().numpy(), m.numpy(), hp["top_p"]))
+        sel = torch.tensor(_np_top_p_support(to_numpy(pi), to_numpy(m), hp["top_p"]))
         kept = torch.where(sel, pi, torch.zeros_like(pi))
         pp = kept / kept.sum(-1, keepdim=True)
         lp = torch.where(sel, pp * (alpha * torch.log(torch.where(sel, pp, 1.0)) - qmin), 0.0).sum(-1).mean()
@@ -584,7 +584,7 @@ def test_negative_queue_is_first_in_first_out(sac, k, n, cap, d):
     queue = torch.arange(k * d, dtype=torch.float64).reshape(k, d)
     keys = (100 + torch.arange(n * d, dtype=torch.float64)).reshape(n, d).requires_grad_(True)
     got = sac.nce_queue_push(queue, keys, capacity=cap)
-    want = np.concatenate([queue.numpy(), keys.detach().numpy()], 0)[-cap:]
+    want = np.concatenate([to_numpy(queue), to_numpy(keys)], 0)[-cap:]
     assert_equal(got.detach(), want, "SAC-NCE-4", what="newest capacity rows, oldest first")
     assert_that(not got.requires_grad, "SAC-NCE-4", got.requires_grad, "queued keys carry no gradient")
 

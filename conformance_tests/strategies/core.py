@@ -94,7 +94,7 @@ def policies(draw, *, dtype=torch.float64, min_legal: int = 1, eps: float = 1e-8
     """(probs, legal_mask) with probs a masked, ε-clipped softmax computed here in numpy (never by the
     implementation): legal entries sum to one over the legal set, illegal entries hold ε."""
     z, mask = draw(logits_and_masks(dtype=torch.float64, min_legal=min_legal, **shape_kw))
-    zn, mn = z.numpy(), mask.numpy()
+    zn, mn = harness.to_numpy(z), harness.to_numpy(mask)
     zs = np.where(mn, zn - zn.max(-1, keepdims=True), -np.inf)
     e = np.exp(zs - zs.max(-1, keepdims=True))
     p = e / e.sum(-1, keepdims=True)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+from conformance_tests.harness.device import to_numpy
 from conformance_tests.strategies.core import declared_dtype, float_dtypes
 
 __all__ = ["ROW_KINDS", "dyadic_policies", "float32_policies", "top_p_thresholds", "top_p_cases", "top_p_backups"]
@@ -89,7 +90,7 @@ def float32_policies(draw, *, max_batch: int = 4, widths=WIDTHS):
 def top_p_thresholds(draw, probs: torch.Tensor, legal_mask: torch.Tensor):
     """A p in (0, 1] aimed at a boundary of one row: exactly one of its cumulative masses (ranked by
     the tie rule), just above or below one (half a unit of the grid), 1, or anywhere."""
-    pn, mn = probs.double().numpy(), legal_mask.numpy()
+    pn, mn = probs.double().numpy(), to_numpy(legal_mask)
     b = draw(st.integers(0, pn.shape[0] - 1))
     legal = np.flatnonzero(mn[b])
     ranked = legal[np.lexsort((legal, -pn[b, legal]))]
