@@ -251,8 +251,8 @@ def test_losses_do_not_scale_with_batch_size(ppo, ra, k):
     rep = lambda x: x.repeat(k)  # noqa: E731
     assert_close(ppo.clipped_policy_loss(rep(r), rep(a), clip_eps=0.2),
                  np_clipped_loss(to_numpy(r), to_numpy(a), 0.2), "PPO-LOSS-4", what="policy loss")
-    assert_close(ppo.value_loss(rep(r), rep(a)), convention("value_loss_factor") * np.mean((to_numpy(a) - to_numpy(r)) ** 2),
-                 "PPO-LOSS-4", what="value loss")
+    want = convention("value_loss_factor") * np.mean((to_numpy(a) - to_numpy(r)) ** 2)
+    assert_close(ppo.value_loss(rep(r), rep(a)), want, "PPO-LOSS-4", what="value loss")
     old, new = -r.abs(), -a.abs()
     assert_close(ppo.approx_kl(rep(old), rep(new)), np_approx_kl(to_numpy(old), to_numpy(new), convention("approx_kl")),
                  "PPO-LOSS-4", what="approx_kl")

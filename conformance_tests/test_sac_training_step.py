@@ -65,7 +65,8 @@ def q_batches(draw, max_actions: int = 8, scale: float = 10.0):
 def test_cql_log_sum_exp_runs_over_the_legal_set(sac, case, lam):
     q, mask, a = case
     lam = pin_value("sac.cql_penalty", "lam", lam)
-    assert_close(sac.cql_penalty(q, a, lam=lam, legal_mask=mask), _np_cql(np_(q), np_(mask), to_numpy(a), lam), "SAC-CQL-1")
+    assert_close(sac.cql_penalty(q, a, lam=lam, legal_mask=mask), _np_cql(np_(q), np_(mask), to_numpy(a), lam),
+                 "SAC-CQL-1")
 
 
 @pytest.mark.clause("SAC-CQL-1")
