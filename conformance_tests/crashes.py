@@ -27,8 +27,8 @@ def worker_paths(worker: str | None) -> tuple[Path | None, Path | None]:
 
 
 def last_call(call_log: Path | None) -> str:
-    text = call_log.read_text(encoding="utf-8", errors="replace").strip() if call_log and call_log.exists() else ""
-    return text
+    """The call the process was making when it stopped ("" if it wrote none)."""
+    return call_log.read_text(encoding="utf-8", errors="replace").strip() if call_log and call_log.exists() else ""
 
 
 def details(call_log: Path | None, fault_log: Path | None) -> list[str]:

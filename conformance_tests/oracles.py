@@ -49,3 +49,28 @@ def clipped_surrogate_slope(rho: float, a: float, eps: float, side: int = 0, *, 
     if (rho > hi and not at_hi) or (at_hi and side > 0):
         return a if a < 0 else 0.0
     return a
+
+
+def ranked_legal(p_row: np.ndarray, m_row: np.ndarray) -> np.ndarray:
+    """One row's legal ids by decreasing π, ties by lower id (SAC-TOPP-1's order)."""
+    legal = np.flatnonzero(m_row)
+    return legal[np.lexsort((legal, -p_row[legal]))]
+
+
+def top_p_bounds(p_row: np.ndarray, m_row: np.ndarray, p: float, band: float = 0.0):
+    """Brute force of SAC-TOPP-1 for one row: the ranked legal ids and the allowed set sizes (lo, hi).
+    An action is kept iff the mass ranked before it is < p; ``band`` widens that test by the float
+    rounding of rows whose sums are not exact (0 for dyadic rows: one size only)."""
+    ranked = ranked_legal(p_row, m_row)
+    if p >= 1.0:
+        return ranked, len(ranked), len(ranked)
+    before = np.concatenate([[0.0], np.cumsum(p_row[ranked])[:-1]])  # nondecreasing
+    return ranked, int((before < p - band).sum()), int((before < p + band).sum())
+
+
+def info_nce(q: np.ndarray, pos: np.ndarray, neg: np.ndarray, tau: float) -> np.ndarray:
+    """SAC-NCE-1 per row: s⁺ − logsumexp(s⁺, s⁻), scores over τ; ``neg`` [B,K,d] per row or a shared [K,d] queue."""
+    neg = np.broadcast_to(neg, (q.shape[0],) + neg.shape) if neg.ndim == 2 else neg
+    s_pos = (q * pos).sum(-1) / tau
+    s_neg = np.einsum("bd,bkd->bk", q, neg) / tau
+    return s_pos - logsumexp(np.concatenate([s_pos[:, None], s_neg], -1), axis=-1)

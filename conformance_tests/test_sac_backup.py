@@ -17,7 +17,7 @@ from conformance_tests.harness import (
     assert_that,
     convention,
 )
-from conformance_tests.oracles import np_
+from conformance_tests.oracles import np_, top_p_bounds
 
 F64 = torch.float64
 
@@ -29,23 +29,6 @@ def _np_soft_value(p, q1, q2, support, alpha):
         out.append(sum(p[b, a] * (min(q1[b, a], q2[b, a]) - alpha * math.log(p[b, a]))
                        for a in range(p.shape[1]) if support[b, a]))
     return np.array(out)
-
-
-def _ranked_legal(p_row, m_row):
-    """Legal action ids by decreasing probability, ties by lower id (the SAC-TOPP-1 order)."""
-    legal = np.flatnonzero(m_row)
-    return legal[np.lexsort((legal, -p_row[legal]))]
-
-
-def _np_top_p_bounds(p_row, m_row, p, band=0.0):
-    """Brute force of SAC-TOPP-1 for one row: the ranked legal ids and the allowed set sizes (lo, hi).
-    An action is kept iff the mass ranked before it is < p; ``band`` widens that test by the float
-    rounding of rows whose sums are not exact (0 for dyadic rows: one size only)."""
-    ranked = _ranked_legal(p_row, m_row)
-    if p >= 1.0:
-        return ranked, len(ranked), len(ranked)
-    before = np.concatenate([[0.0], np.cumsum(p_row[ranked])[:-1]])  # nondecreasing
-    return ranked, int((before < p - band).sum()), int((before < p + band).sum())
 
 
 def _rounding_band(pn, dtype=torch.float64):
@@ -68,7 +51,7 @@ def _check_top_p_set(sel, pn, mn, p, band=0.0):
     sn = np_(sel).astype(bool)
     assert_that(not (sn & ~mn).any(), "SAC-TOPP-1", sel, "a subset of the legal set")
     for b in range(pn.shape[0]):
-        ranked, lo, hi = _np_top_p_bounds(pn[b], mn[b], p, band)
+        ranked, lo, hi = top_p_bounds(pn[b], mn[b], p, band)
         k = int(sn[b].sum())
         assert_that(lo <= k <= hi and bool(sn[b, ranked[:k]].all()), "SAC-TOPP-1",
                     f"row {b}: {k} actions, ids {np.flatnonzero(sn[b])[:12].tolist()}...",
@@ -97,7 +80,7 @@ def _np_top_p_value(pn, q1, q2, mn, alpha, p, band=0.0, got=None, got_d_pi=None)
         return abs(o[0] - got[b]) + (0.0 if got_d_pi is None else float(np.abs(o[1] - got_d_pi[b]).max()))
 
     for b in range(pn.shape[0]):
-        ranked, lo, hi = _np_top_p_bounds(pn[b], mn[b], p, band)
+        ranked, lo, hi = top_p_bounds(pn[b], mn[b], p, band)
         options = [_np_top_p_row(pn[b], q1[b], q2[b], ranked[:k], alpha) for k in range(max(lo, 1), max(hi, 1) + 1)]
         best = min(options, key=lambda o: distance(o, b)) if got is not None else options[0]
         value[b], d_pi[b], d_q[b] = best

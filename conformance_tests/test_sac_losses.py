@@ -39,7 +39,8 @@ from conformance_tests.harness import (
     to_numpy,
     working_dtype,
 )
-from conformance_tests.oracles import masked_softmax, np_
+from conformance_tests.oracles import info_nce as np_info_nce
+from conformance_tests.oracles import masked_softmax, np_, top_p_bounds
 from conformance_tests.test_sac_backup import ILLEGAL_MASS_LEGAL, ILLEGAL_MASS_PROBS, ILLEGAL_MASS_Q
 
 EPS = 1e-8
@@ -514,13 +515,11 @@ def _np_legal_probs(g: np.random.Generator, b: int, a: int) -> tuple[np.ndarray,
 
 
 def _np_top_p_set(pn: np.ndarray, mn: np.ndarray, p: float) -> np.ndarray:
-    """SAC-TOPP-1 by brute force: legal ids by decreasing π (ties by lower id), kept while the mass before < p."""
+    """SAC-TOPP-1's set of every row, by brute force (exact sums: one size per row)."""
     sel = np.zeros_like(mn)
     for b in range(pn.shape[0]):
-        legal = np.flatnonzero(mn[b])
-        ranked = legal[np.lexsort((legal, -pn[b, legal]))]
-        before = np.concatenate([[0.0], np.cumsum(pn[b, ranked])[:-1]])
-        sel[b, ranked[before < p]] = True
+        ranked, k, _ = top_p_bounds(pn[b], mn[b], p)
+        sel[b, ranked[:k]] = True
     return sel
 
 
@@ -529,19 +528,6 @@ def _np_option(probs, qmin, support, alpha):
     kept = np.where(support, probs, 0.0)
     pp = np.where(support, kept / kept.sum(-1, keepdims=True), 1.0)
     return float(np.mean(np.where(support, pp * (alpha * np.log(pp) - qmin), 0.0).sum(-1)))
-
-
-def _np_option_a(probs, qmin, mask, alpha):
-    """SAC-POL-1 on the ε-clipped π as given (never renormalised)."""
-    pp = np.where(mask, probs, 1.0)
-    return float(np.mean(np.where(mask, pp * (alpha * np.log(pp) - qmin), 0.0).sum(-1)))
-
-
-def _np_nce(qn, pn, nn, tau):
-    nn = np.broadcast_to(nn, (qn.shape[0],) + nn.shape) if nn.ndim == 2 else nn
-    s_pos = (qn * pn).sum(-1) / tau
-    s_neg = np.einsum("bd,bkd->bk", qn, nn) / tau
-    return s_pos - logsumexp(np.concatenate([s_pos[:, None], s_neg], -1), axis=-1)
 
 
 def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
@@ -593,7 +579,7 @@ def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
     qmin = np.minimum(q1, q2)
     if op == "policy_loss":
         return (policy_args, {"alpha": alpha}, ("probs",), ("q1", "q2"),
-                lambda x: _np_option_a(x["probs"], qmin, mask, alpha))
+                lambda x: np_policy_option_a(x["probs"], q1, q2, mask, alpha))
     if op in ("policy_loss_top_p", "top_p_soft_value"):
         p = float(g.uniform(0.3, 1.0))
         sel = _np_top_p_set(probs, mask, p)  # the selection is a constant of the gradient (SAC-TOPP-1: detached)
@@ -609,7 +595,7 @@ def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
         return policy_args, {"alpha": alpha, "p": p}, ("probs", "q1", "q2"), (), value
     if op == "policy_loss_total":
         lam_bc = pin_value("sac.policy_loss_total", "lam_bc", lam)
-        oracle = lambda x: (_np_option_a(x["probs"], qmin, mask, alpha)  # noqa: E731
+        oracle = lambda x: (np_policy_option_a(x["probs"], q1, q2, mask, alpha)  # noqa: E731
                             + lam_bc * float(np.mean(-np.log(x["probs"][rows, actions][demo]))))
         return ({**policy_args, "actions": torch.tensor(actions), "is_demo": torch.tensor(demo)},
                 {"alpha": alpha, "lam_bc": lam_bc}, ("probs",), ("q1", "q2"), oracle)
@@ -629,7 +615,7 @@ def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
         tau = pin_value("sac.info_nce", "tau", tau)
         return ({"query": t(g.standard_normal((b, d))), "positive": t(g.standard_normal((b, d))), "negatives": t(neg)},
                 {"tau": tau}, ("query",), ("positive", "negatives"),
-                lambda x: _np_nce(x["query"], x["positive"], x["negatives"], tau))
+                lambda x: np_info_nce(x["query"], x["positive"], x["negatives"], tau))
     raise AssertionError(op)
 
 

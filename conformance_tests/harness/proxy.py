@@ -245,13 +245,22 @@ def _restore_global_settings(before: dict[str, Any]) -> list[str]:
     return changed
 
 
-@functools.lru_cache(maxsize=None)
-def _return_annotation(name: str) -> str | None:
+def _contract_member(name: str) -> Any:
+    """The contract Protocol's method for ``family.op``, or None."""
     fam, _, op = name.partition(".")
     try:
-        ret = inspect.signature(getattr(contract.protocol(fam), op)).return_annotation
-    except (AttributeError, ImportError, TypeError, ValueError):
+        return getattr(contract.protocol(fam), op)
+    except (AttributeError, ModuleNotFoundError):
         return None
+
+
+@functools.lru_cache(maxsize=None)
+def _return_annotation(name: str) -> str | None:
+    """The contract's return annotation of ``family.op`` as written (``Tensor``, ``tuple[Tensor, Tensor]``)."""
+    member = _contract_member(name)
+    if member is None:
+        return None
+    ret = inspect.signature(member).return_annotation
     return ret if isinstance(ret, str) else getattr(ret, "__name__", str(ret))
 
 
@@ -261,7 +270,7 @@ def _check_result_type(name: str, out: Any) -> None:
     ret = _return_annotation(name)
     if ret == "Tensor":
         wrong = None if isinstance(out, torch.Tensor) else _describe_result(out)
-    elif m := re.fullmatch(r"tuple\[(Tensor(?:, Tensor)*)\]", ret):
+    elif ret and (m := re.fullmatch(r"tuple\[(Tensor(?:, Tensor)*)\]", ret)):
         n = m.group(1).count("Tensor")
         ok = isinstance(out, (tuple, list)) and len(out) == n and all(isinstance(v, torch.Tensor) for v in out)
         wrong = None if ok else _describe_result(out)
@@ -329,17 +338,13 @@ def _describe_result(x: Any, depth: int = 0) -> str:
 
 def contract_return(name: str) -> str | None:
     """The contract's return annotation and the first line of its documentation for ``family.op``."""
-    fam, _, op = name.partition(".")
-    try:
-        member = getattr(contract.protocol(fam), op)
-    except (AttributeError, ModuleNotFoundError):
+    member = _contract_member(name)
+    if member is None:
         return None
-    ret = inspect.signature(member).return_annotation
     flat = " ".join((inspect.getdoc(member) or "").split())
     m = re.search(r"[.;](\s|$)", flat)  # the first sentence, however the docstring wraps it
     doc = flat[:m.start()] if m else flat
-    ret = ret if isinstance(ret, str) else getattr(ret, "__name__", str(ret))
-    return f"returns {ret}" + (f": {doc}" if doc else "")
+    return f"returns {_return_annotation(name)}" + (f": {doc}" if doc else "")
 
 
 def suite_side_error(exc: BaseException) -> str | None:
