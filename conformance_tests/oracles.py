@@ -5,7 +5,10 @@ Family-specific oracles live next to their tests; the ones here are shared.
 from __future__ import annotations
 
 import numpy as np
+import torch
 from scipy.special import logsumexp
+
+from conformance_tests.dtypes import fits, prob_floor
 
 
 def np_(x) -> np.ndarray:
@@ -16,6 +19,19 @@ def np_(x) -> np.ndarray:
             x = x.double()
         return x.numpy()
     return np.asarray(x)
+
+
+def ratio_band(r: np.ndarray, new: np.ndarray, old: np.ndarray, machine_eps: float) -> np.ndarray:
+    """How far a ratio exp(new - old) computed in a dtype of that machine epsilon may sit from its exact value:
+    the log-probs are rounded on their own scale (|new| + |old|), then the exponential once more."""
+    return np.abs(r) * machine_eps * (1.0 + np.abs(new) + np.abs(old))
+
+
+def torch_masked_probs(z: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """SAC-MASK-2's masked, ε-clipped softmax in torch primitives written here, for tests that differentiate
+    through the probabilities they hand an operation; the clip as the dtype holds it (float16: its smallest normal)."""
+    zz = torch.where(mask, z, torch.full_like(z, fits(-1e9, z.dtype)))
+    return torch.softmax(zz - zz.max(-1, keepdim=True).values, -1).clamp_min(prob_floor(eps, z.dtype))
 
 
 def masked_softmax(z: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -38,12 +54,22 @@ def kink_atol(machine_eps: float) -> float:
     return max(KINK_ATOL, 64 * machine_eps)
 
 
+def kink_step(eps: float, magnitude: float, machine_eps: float) -> float | None:
+    """A step off a clip kink (ratio 1 ± ε) onto the next piece that the dtype does not round away: a quarter of
+    min(ε, 1 − ε), or two rounding units at ``magnitude`` (the size of the numbers the ratio is computed from)
+    where that is larger, lest the two products tie once rounded. None where such a step no longer fits inside
+    the clip range, which is 2ε wide: that dtype cannot tell the pieces apart there."""
+    step = max(min(eps, 1.0 - eps) / 4, 2 * machine_eps * max(1.0, magnitude))
+    return step if step < eps else None
+
+
 def clipped_surrogate_slope(rho: float, a: float, eps: float, side: int = 0, *, atol: float = KINK_ATOL) -> float:
     """d/dρ of min(ρA, clip(ρ, 1 − ε, 1 + ε)A): A where the unclipped product is the minimum, 0 where the
     clipped (constant) one is. On a kink (within ``atol``), ``side`` (−1 left, +1 right) says which piece the
-    point belongs to."""
+    point belongs to. A point is on at most one kink, the nearer: in bfloat16 ``atol`` may exceed 2ε."""
     lo, hi = 1 - eps, 1 + eps
-    at_lo, at_hi = abs(rho - lo) < atol, abs(rho - hi) < atol
+    near_lo = abs(rho - lo) <= abs(rho - hi)
+    at_lo, at_hi = near_lo and abs(rho - lo) < atol, not near_lo and abs(rho - hi) < atol
     if (rho < lo and not at_lo) or (at_lo and side < 0):
         return a if a > 0 else 0.0  # clip pins ρ at 1 − ε; the minimum keeps ρA only when A > 0
     if (rho > hi and not at_hi) or (at_hi and side > 0):

@@ -13,6 +13,7 @@ from conformance_tests.harness import (
     assert_close,
     assert_rejects,
     assert_that,
+    fits,
     require_differentiable,
     require_dtype,
     working_dtype,
@@ -48,7 +49,7 @@ def token_losses(draw, dtype):
         mask[draw(st.integers(0, b - 1))] = False  # a pure-padding row
         if not mask.any():
             mask[0, 0] = True
-    loss = torch.where(mask, loss, torch.full_like(loss, GARBAGE))
+    loss = torch.where(mask, loss, torch.full_like(loss, fits(GARBAGE, dtype)))
     as_float = draw(st.booleans())
     return loss, (mask.to(dtype) if as_float else mask), draw(st.sampled_from(MODES))
 
@@ -78,7 +79,8 @@ def test_aggregate_gradient_is_each_tokens_weight(isreshape, data):
 def test_aggregate_golden_modes_differ(isreshape):
     # rows of 2 and 1 tokens plus an empty row: each mode weighs the tokens differently
     dt = working_dtype()
-    loss = torch.tensor([[1.0, 2.0, GARBAGE], [4.0, GARBAGE, GARBAGE], [GARBAGE, GARBAGE, GARBAGE]], dtype=dt)
+    g = fits(GARBAGE, dt)
+    loss = torch.tensor([[1.0, 2.0, g], [4.0, g, g], [g, g, g]], dtype=dt)
     mask = torch.tensor([[True, True, False], [True, False, False], [False, False, False]])
     expected = {"token-mean": 7.0 / 3.0, "seq-mean-token-mean": (1.5 + 4.0) / 2.0,
                 "seq-mean-token-sum": (3.0 + 4.0) / 2.0, "token-sum": 7.0}

@@ -34,7 +34,7 @@ from conformance_tests.harness import (
     tolerance,
     working_dtype,
 )
-from conformance_tests.oracles import clipped_surrogate_slope, kink_atol
+from conformance_tests.oracles import clipped_surrogate_slope, kink_atol, kink_step
 
 F64 = torch.float64
 
@@ -186,7 +186,7 @@ def test_clipped_policy_loss_one_sided_derivatives_at_the_kinks(ppo, ra, kw, dat
     pieces that meet there are the closed-form ones: -A/n where the unclipped product is the minimum, 0 where
     the clipped constant is (they differ at r = 1 + eps for A > 0 and at r = 1 - eps for A < 0, and agree at
     the other two). The loss is linear in r on each piece, so each slope is the autograd derivative a step
-    inside its piece (a quarter of min(eps, 1 - eps), every probed ratio positive); no finite difference, so a
+    inside its piece (:func:`oracles.kink_step`, every probed ratio positive); no finite difference, so a
     library that computes in float32 is not failed for its rounding. At the kink autograd returns the slope
     of either piece or a mix of the two (the two products tie there, and a minimum may split a tie)."""
     dt = working_dtype()
@@ -195,14 +195,15 @@ def test_clipped_policy_loss_one_sided_derivatives_at_the_kinks(ppo, ra, kw, dat
     i = data.draw(st.integers(0, len(r) - 1), label="row")
     r[i] = data.draw(st.sampled_from([1.0 - eps, 1.0 + eps]), label="kink")
     a[i] = data.draw(st.sampled_from([-1.0, 1.0])) * data.draw(st.floats(0.1, 3.0), label="|A|")
-    n, rho, ai, h = len(r), float(r[i]), float(a[i]), min(eps, 1.0 - eps) / 4
+    n, rho, ai = len(r), float(r[i]), float(a[i])
+    h = kink_step(eps, rho, torch.finfo(dt).eps)
 
     def slope_at(v: torch.Tensor) -> float:
         x = v.clone().requires_grad_(True)
         ppo.clipped_policy_loss(x, a, **kw).backward()
         return float(x.grad[i])
 
-    for side in (-1, 1):
+    for side in (-1, 1) if h else ():
         y = r.clone()
         y[i] += side * h
         want = -clipped_surrogate_slope(rho, ai, eps, side, atol=kink_atol(torch.finfo(dt).eps)) / n

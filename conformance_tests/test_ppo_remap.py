@@ -22,6 +22,12 @@ from conformance_tests.harness import (
 )
 
 
+def logit_scale(z) -> float:
+    """A log-prob is a difference on the logits' scale: float32 rounds log-sum-exp(46, 32, 32) to 46 exactly,
+    and bfloat16 log-sum-exp(0, 4) = 4.018 to 4."""
+    return max(1.0, float(np.abs(to_numpy(z)).max()))
+
+
 def np_global_masked_log_prob(z, mask) -> np.ndarray:
     z, mask = z.detach().double().numpy(), to_numpy(mask)
     zz = np.where(mask, z, -np.inf)
@@ -39,7 +45,7 @@ def test_local_sample_stores_valid_ids_local_idx_and_global_action(ppo, zm, seed
     assert_that(0 <= k < len(valid_ids), "PPO-REMAP-1", local_idx, f"a local index in [0, {len(valid_ids)})")
     assert_equal(action_id, valid_ids[k], "PPO-REMAP-1", "action_id = valid_ids[local_idx]")
     assert_that(not old.requires_grad, "PPO-REMAP-1", old, "a detached old log-prob")
-    assert_close(old, np_global_masked_log_prob(z, mask)[int(action_id)], "PPO-REMAP-1",
+    assert_close(old, np_global_masked_log_prob(z, mask)[int(action_id)], "PPO-REMAP-1", scale=logit_scale(z),
                  what="old log-prob = masked global log-prob of the action")
 
 
@@ -65,12 +71,10 @@ def test_local_log_prob_equals_masked_global_log_prob(ppo, zm):
     z, mask = zm
     valid_ids = torch.nonzero(mask).flatten()
     expected = np_global_masked_log_prob(z, mask)[to_numpy(valid_ids)]
-    # a log-prob is a difference of the logits' scale: float32 rounds log-sum-exp(46, 32, 32) to 46 exactly
-    scale = max(1.0, float(np.abs(to_numpy(z)).max()))
     for k in range(len(valid_ids)):
         got = ppo.local_log_prob(z, valid_ids, torch.tensor(k))
-        assert_close(got / scale, expected[k] / scale, "PPO-REMAP-1",
-                     what=f"local_idx={k} (global id {int(valid_ids[k])}), over the logits' scale {scale:g}")
+        assert_close(got, expected[k], "PPO-REMAP-1", scale=logit_scale(z),
+                     what=f"local_idx={k} (global id {int(valid_ids[k])})")
 
 
 @pytest.mark.clause("PPO-REMAP-1")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ from conformance_tests.harness import (
     on_device,
     pin,
     pin_value,
+    prob_floor,
     require_differentiable,
     slack,
     temperature_loss_scale,
@@ -40,6 +42,7 @@ from conformance_tests.harness import (
     working_dtype,
 )
 from conformance_tests.oracles import info_nce as np_info_nce
+from conformance_tests.oracles import torch_masked_probs
 from conformance_tests.oracles import masked_softmax, np_, top_p_bounds
 from conformance_tests.test_sac_backup import ILLEGAL_MASS_LEGAL, ILLEGAL_MASS_PROBS, ILLEGAL_MASS_Q
 
@@ -53,9 +56,7 @@ def spec_default(clause: str, key: str) -> float:
 
 
 def _probs_from_logits(z, mask):
-    """The masked, ε-clipped softmax built from torch primitives here (the test's own oracle path)."""
-    zz = torch.where(mask, z, torch.full_like(z, -1e9))
-    return torch.softmax(zz - zz.max(-1, keepdim=True).values, -1).clamp_min(EPS)
+    return torch_masked_probs(z, mask, EPS)
 
 
 def _np_policy_loss(p, qmin, support, alpha):
@@ -228,9 +229,9 @@ def test_entropy_deficit_raises_alpha_golden(sac):
 @given(entropy_batches(), st.floats(-5.0, 0.5))
 def test_temperature_loss_gradient_is_mean_entropy_excess(sac, hb, log_alpha):
     h, ht = hb
-    la = torch.tensor(log_alpha, dtype=torch.float64, requires_grad=True)
+    la = torch.tensor(log_alpha, dtype=h.dtype, requires_grad=True)  # one working dtype per call
     sac.temperature_loss(la, h, ht).backward()
-    assert_close(la.grad, temperature_loss_scale(log_alpha) * float(np.mean(np_(h) - np_(ht))), "SAC-TEMP-2")
+    assert_close(la.grad, temperature_loss_scale(float(la.detach())) * float(np.mean(np_(h) - np_(ht))), "SAC-TEMP-2")
     fd = finite_difference(lambda x: sac.temperature_loss(x, h, ht), la.detach())
     assert_close(la.grad, fd, "SAC-TEMP-2", what="autograd vs finite differences")
 
@@ -470,7 +471,7 @@ def _sac_dtype_calls(dtype):
     """One call of every float-returning operation on floating inputs of ``dtype``."""
     z = torch.tensor([[0.5, -1.0, 2.0], [0.1, 0.2, -0.3]], dtype=dtype)
     mask = torch.tensor([[True, False, True], [True, True, True]])
-    probs = torch.softmax(z.masked_fill(~mask, -1e9), -1).clamp_min(1e-8)
+    probs = torch_masked_probs(z, mask)
     q1, q2 = z * 2.0, z - 1.0
     act, demo = torch.tensor([2, 1]), torch.tensor([True, False])
     v = torch.tensor([0.5, -0.25], dtype=dtype)
@@ -507,11 +508,12 @@ def test_outputs_keep_the_input_dtype(sac, dtype, index):
 # op: autograd of a fixed random read-out Σ w·out of the op against central finite differences (float64) of the
 # op's numpy oracle, for every input the contract says carries gradient; and no gradient at all into the inputs
 # it holds constant (TD targets, the critics inside a policy loss, the positive and the queued negatives).
-def _np_legal_probs(g: np.random.Generator, b: int, a: int) -> tuple[np.ndarray, np.ndarray]:
-    """ε-clipped masked softmax rows of logits N(0, 1) (legal π well above the finite-difference step)."""
+def _np_legal_probs(g: np.random.Generator, b: int, a: int, dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """ε-clipped masked softmax rows of logits N(0, 1) (legal π well above the finite-difference step), the clip
+    as ``dtype`` holds it."""
     mask = g.random((b, a)) < 0.7
     mask[np.arange(b), g.integers(0, a, b)] = True
-    return np.maximum(masked_softmax(g.standard_normal((b, a)), mask), EPS), mask
+    return np.maximum(masked_softmax(g.standard_normal((b, a)), mask), prob_floor(EPS, dtype)), mask
 
 
 def _np_top_p_set(pn: np.ndarray, mn: np.ndarray, p: float) -> np.ndarray:
@@ -530,12 +532,32 @@ def _np_option(probs, qmin, support, alpha):
     return float(np.mean(np.where(support, pp * (alpha * np.log(pp) - qmin), 0.0).sum(-1)))
 
 
-def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
-    """(args, kwargs, names of the inputs with gradient, names held constant, numpy oracle of the output on the
-    args by name). Twin Q values are offset by N(0, 1) (no min ties) and Huber errors sit off their kink."""
+class GradCase(NamedTuple):
+    """One gradient-table case: the args by name, the keywords, the inputs with gradient and those held constant,
+    the numpy oracle of the output on the args by name, and the natural size of a gradient where it is not 1
+    (input name -> array broadcasting against it)."""
+    args: dict
+    kwargs: dict
+    with_grad: tuple
+    constant: tuple
+    oracle: Callable
+    scale: dict = {}
+
+
+def _renormalised_scale(probs, qmin, sel, alpha) -> dict:
+    """A gradient through π / Z (Top-p's renormalisation) has terms of size (|min Q| + α|log π_p| + 1) / Z per row,
+    which cancel to a small result: half precision leaves a residue of that size."""
+    z = np.where(sel, probs, 0.0).sum(-1, keepdims=True)
+    log_pp = np.log(np.where(sel, probs / z, 1.0))
+    return {"probs": (np.abs(qmin).max(-1, keepdims=True) + alpha * np.abs(log_pp).max(-1, keepdims=True) + 1.0) / z}
+
+
+def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype) -> tuple:
+    """The fields of ``op``'s :class:`GradCase`. Twin Q values are offset by N(0, 1) (no min ties) and Huber errors
+    sit off their kink."""
     b, a = int(g.integers(1, 4)), int(g.integers(2, 6))
     t = lambda x: torch.tensor(x, dtype=dtype)  # noqa: E731
-    probs, mask = _np_legal_probs(g, b, a)
+    probs, mask = _np_legal_probs(g, b, a, dtype)
     q1 = 3.0 * g.standard_normal((b, a))
     q2 = q1 + g.standard_normal((b, a))
     actions = np.array([g.choice(np.flatnonzero(row)) for row in mask])
@@ -583,16 +605,17 @@ def _grad_case(op: str, g: np.random.Generator, dtype: torch.dtype):
     if op in ("policy_loss_top_p", "top_p_soft_value"):
         p = float(g.uniform(0.3, 1.0))
         sel = _np_top_p_set(probs, mask, p)  # the selection is a constant of the gradient (SAC-TOPP-1: detached)
+        size = _renormalised_scale(probs, qmin, sel, alpha)
         if op == "policy_loss_top_p":
             return (policy_args, {"alpha": alpha, "p": p}, ("probs",), ("q1", "q2"),
-                    lambda x: _np_option(x["probs"], qmin, sel, alpha))
+                    lambda x: _np_option(x["probs"], qmin, sel, alpha), size)
 
         def value(x):
             kept = np.where(sel, x["probs"], 0.0)
             pp = np.where(sel, kept / kept.sum(-1, keepdims=True), 1.0)
             return np.where(sel, pp * (np.minimum(x["q1"], x["q2"]) - alpha * np.log(pp)), 0.0).sum(-1)
 
-        return policy_args, {"alpha": alpha, "p": p}, ("probs", "q1", "q2"), (), value
+        return policy_args, {"alpha": alpha, "p": p}, ("probs", "q1", "q2"), (), value, size
     if op == "policy_loss_total":
         lam_bc = pin_value("sac.policy_loss_total", "lam_bc", lam)
         oracle = lambda x: (np_policy_option_a(x["probs"], q1, q2, mask, alpha)  # noqa: E731
@@ -635,7 +658,7 @@ def test_loss_op_gradients_match_finite_differences_of_the_oracle(sac, op, claus
     require_differentiable(f"sac.{name}")
     g = np.random.default_rng(seed)
     dtype = working_dtype()
-    args, kwargs, with_grad, constant, oracle = _grad_case(op, g, dtype)
+    args, kwargs, with_grad, constant, oracle, scale = GradCase(*_grad_case(op, g, dtype))
     leaves = {k: v.clone().requires_grad_(True) if k in with_grad + constant else v for k, v in args.items()}
     out = getattr(sac, name)(*leaves.values(), **kwargs)
     w = g.uniform(0.5, 1.5, tuple(out.shape))  # a read-out that weights every output entry
@@ -646,5 +669,6 @@ def test_loss_op_gradients_match_finite_differences_of_the_oracle(sac, op, claus
             return float((np.asarray(oracle({**base, k: np_(x)})) * w).sum())
 
         assert_close(grad_of(readout, leaves[k]), finite_difference(f, host(args[k])), clause, dtype=dtype,
-                     approx="gradient", what=f"d(Σ w·{name})/d {k} vs finite differences of the oracle")
+                     approx="gradient", scale=scale.get(k),
+                     what=f"d(Σ w·{name})/d {k} vs finite differences of the oracle")
     assert_no_grad_into(readout, clause, **{k: leaves[k] for k in constant})

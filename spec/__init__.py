@@ -32,6 +32,9 @@ BINDING_KINDS = ("formula", "rule", "gate")
 # How much a failure hurts a user, worst first: the harness classifies each failing test, the audit and the
 # matrix order findings by it.
 SEVERITIES = ("critical", "major", "minor")
+# The floating dtypes a library may declare (capabilities['dtypes']): every tolerance class but exact gives
+# rtol/atol for each, so no dtype a library declares meets a tolerance the spec never wrote.
+DTYPES = ("float16", "bfloat16", "float32", "float64")
 SEVERITY_MEANING = ("critical (NaN/inf where the answer is finite, a crash or a hang), major (a wrong result or "
                     "decision), minor (a numerical residue past a tight tolerance)")
 
@@ -364,6 +367,11 @@ def _load_tolerances(path: Path) -> dict[str, Tolerance]:
     for name, body in raw.items():
         body = dict(body or {})
         desc = body.pop("description", "")
+        if body and (missing := [d for d in DTYPES if d not in body]):
+            raise SpecError(f"{path.name}: tolerance {name!r} has no entry for {', '.join(missing)} (a class "
+                            f"that is not exact gives rtol and atol for each of {', '.join(DTYPES)})")
+        if unknown := sorted(set(body) - set(DTYPES)):
+            raise SpecError(f"{path.name}: tolerance {name!r} names unknown dtype(s) {', '.join(unknown)}")
         out[name] = Tolerance(name, desc, body)
     return out
 

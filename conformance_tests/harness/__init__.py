@@ -18,7 +18,8 @@ test's state, its only home), :mod:`.capabilities` (what the implementation decl
 audited device), :mod:`.repro` (repro snippets), :mod:`.fingerprints` (the copies an operation gets and the
 input-mutation check), :mod:`.tolerances`, :mod:`.failures` (failure messages), :mod:`.proxy` (the call
 wrapper and :class:`FamilyProxy`), :mod:`.assertions` and :mod:`.convention_oracles`. This package re-exports
-their names, so ``harness.X`` and ``from conformance_tests.harness import X`` name the same object.
+their names, and those of :mod:`conformance_tests.dtypes` (what a dtype holds), so ``harness.X`` and
+``from conformance_tests.harness import X`` name the same object.
 """
 from __future__ import annotations
 
@@ -39,13 +40,15 @@ from conformance_tests.harness.failures import plain, plain_text, fail
 from conformance_tests.harness.proxy import (
     call_op, contract_return, suite_side_error, evidence_in_train_dtype, FamilyProxy,
 )
+from conformance_tests.dtypes import fits, prob_floor
 from conformance_tests.harness.assertions import (
     assert_close, assert_dtype, assert_low_precision, assert_no_grad, grad_of, assert_no_grad_into, grad_leaves,
-    assert_equal, assert_that, assert_rejects, clause_ids_in, no_grad_leak, finite_difference, one_sided_difference,
+    assert_equal, assert_between, assert_that, assert_rejects, clause_ids_in, no_grad_leak, finite_difference,
+    one_sided_difference,
 )
 from conformance_tests.harness.convention_oracles import (
-    np_standardise, np_approx_kl, np_clip_fraction, np_critic_penalty, critic_delta, log_ratio_clamp,
-    temperature_loss_scale, np_temperature_loss,
+    np_standardise, np_approx_kl, np_clip_fraction, np_clip_fraction_bounds, np_critic_penalty, critic_delta,
+    log_ratio_clamp, temperature_loss_scale, np_temperature_loss,
 )
 
 __all__ = [
@@ -62,8 +65,9 @@ __all__ = [
     "plain", "plain_text", "fail",
     "call_op", "contract_return", "suite_side_error", "evidence_in_train_dtype", "FamilyProxy",
     "assert_close", "assert_dtype", "assert_low_precision", "assert_no_grad", "grad_of", "assert_no_grad_into",
-    "grad_leaves", "assert_equal", "assert_that", "assert_rejects", "clause_ids_in", "no_grad_leak", "finite_difference",
-    "one_sided_difference",
-    "np_standardise", "np_approx_kl", "np_clip_fraction", "np_critic_penalty", "critic_delta", "log_ratio_clamp",
-    "temperature_loss_scale", "np_temperature_loss",
+    "grad_leaves", "assert_equal", "assert_between", "assert_that", "assert_rejects", "clause_ids_in", "no_grad_leak",
+    "finite_difference", "one_sided_difference",
+    "fits", "prob_floor",
+    "np_standardise", "np_approx_kl", "np_clip_fraction", "np_clip_fraction_bounds", "np_critic_penalty",
+    "critic_delta", "log_ratio_clamp", "temperature_loss_scale", "np_temperature_loss",
 ]

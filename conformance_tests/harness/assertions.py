@@ -14,19 +14,22 @@ import torch
 from conformance_tests.harness.capabilities import capability
 from conformance_tests.harness.device import _to_numpy
 from conformance_tests.harness.failures import fail
-from conformance_tests.harness.state import _severity_of
+from conformance_tests.harness.state import _severity_of, oracle_calls
 from conformance_tests.harness.tolerances import _default_dtype, tolerance
 
 
 def assert_close(got: Any, expected: Any, clause: str, *, dtype: Any = None, what: str = "",
-                 approx: str | None = None) -> None:
+                 approx: str | None = None, scale: Any = None) -> None:
     """``got`` equals ``expected`` within the clause's tolerance for ``dtype``.
 
     ``dtype`` is the dtype of the inputs the operation was given; when omitted it is the widest
     floating dtype among the inputs of the test's last recorded call (the expected value's dtype
     when no call was recorded), never ``got``'s: a float32 result for float64 inputs is held to the
-    float64 tolerance. ``approx="gradient"`` when ``expected``
-    comes from finite differences.
+    float64 tolerance. ``approx="gradient"`` when ``expected`` comes from finite differences.
+    ``scale`` (a number, or an array that broadcasts against ``expected``: one
+    per row) is the natural size of the quantity, when its terms are much larger than the result (a log-prob
+    is a difference of logits, f_1 = f_SAPO - 2/tau): both sides are divided by it, so a result is held to
+    the rounding of the terms it is computed from, not of its own small value.
     """
     if dtype is None:
         dtype = _default_dtype(expected)
@@ -38,6 +41,13 @@ def assert_close(got: Any, expected: Any, clause: str, *, dtype: Any = None, wha
     if (g.shape != e.shape and not (g.size == 1 and e.size == 1)) or squeezed:
         fail(clause, f"shape {g.shape}", f"shape {e.shape}", what)
     g = g.reshape(e.shape) if g.size == e.size else g
+    g, e = _past_the_range(g, e, dtype, rtol, clause, got, expected, what)
+    if scale is not None:
+        scale = np.broadcast_to(np.asarray(_to_numpy(scale), dtype=np.float64), e.shape)
+        g, e = np.asarray(g.astype(np.float64) / scale), np.asarray(e.astype(np.float64) / scale)
+        beyond = scale > _range_end(dtype)  # terms the dtype cannot hold: no result in it is wrong, none is checked
+        g[beyond] = e[beyond] = 0.0
+        what = f"{what} (over the scale {np.max(scale):.3g})".strip()
     if not np.all(np.isfinite(g) == np.isfinite(e)):
         fail(clause, got, expected, f"{what} non-finite values differ".strip(),
              severity="critical" if (~np.isfinite(g) & np.isfinite(e)).any() else "major")
@@ -47,6 +57,35 @@ def assert_close(got: Any, expected: Any, clause: str, *, dtype: Any = None, wha
         err = np.max(np.abs(g[fin].astype(np.float64) - e[fin].astype(np.float64))) if fin.any() else float("nan")
         fail(clause, got, expected, f"{what} max abs error {err:.3g} > atol {atol:g} + rtol {rtol:g}·|expected|".strip(),
              severity=_severity_of(g.astype(np.float64), e.astype(np.float64), float(err)))
+
+
+def _range_end(dtype: Any) -> float:
+    """The largest finite value of a half or single precision dtype; inf for float64 (what numpy holds too)."""
+    name = str(dtype).replace("torch.", "")
+    return float(torch.finfo(getattr(torch, name)).max) if name in ("float16", "bfloat16", "float32") else math.inf
+
+
+def _past_the_range(g: np.ndarray, e: np.ndarray, dtype: Any, rtol: float, clause: str, got: Any, expected: Any,
+                    what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where the answer is finite but past the largest value of the inputs' dtype (e^12 in float16), that dtype
+    can only overflow: inf or NaN (an overflow met inside, inf - inf), or a finite value at the range's end of
+    the answer's sign, is right; a small finite value is not. Those entries are checked here and left out of
+    the comparison (both set to 0)."""
+    top = _range_end(dtype)
+    if not math.isfinite(top) or not np.issubdtype(e.dtype, np.floating):
+        return g, e
+    name = str(dtype).replace("torch.", "")
+    e64 = e.astype(np.float64)
+    over = np.isfinite(e64) & (np.abs(e64) > top)
+    if not over.any():
+        return g, e
+    g64 = g.astype(np.float64)
+    at_end = (np.sign(g64[over]) == np.sign(e64[over])) & (np.abs(g64[over]) >= top * (1 - rtol))
+    if not np.all(~np.isfinite(g64[over]) | at_end):
+        fail(clause, got, expected, f"{what} where the answer overflows {name} (past {top:g}): an overflow or the "
+             "range's end of the answer's sign".strip())
+    g64[over] = e64[over] = 0.0
+    return g64, e64
 
 
 def assert_dtype(got: Any, dtype: torch.dtype, clause: str, what: str = "") -> None:
@@ -108,6 +147,15 @@ def assert_equal(got: Any, expected: Any, clause: str, what: str = "") -> None:
         fail(clause, got, expected, what)
 
 
+def assert_between(got: Any, lo: float, hi: float, clause: str, *, dtype: Any = None, what: str = "") -> None:
+    """``lo <= got <= hi`` within the clause's tolerance for ``dtype`` (as :func:`assert_close`): for a value
+    the inputs' rounding leaves open, such as a count of ratios near a clip edge."""
+    rtol, atol = tolerance(clause, dtype if dtype is not None else _default_dtype(lo))
+    g = float(_to_numpy(got))
+    if not lo - (atol + rtol * abs(lo)) <= g <= hi + (atol + rtol * abs(hi)):
+        fail(clause, got, f"between {lo:.6g} and {hi:.6g}", f"{what} (atol {atol:g} + rtol {rtol:g}·|bound|)".strip())
+
+
 def assert_that(condition: Any, clause: str, got: Any, should: str) -> None:
     """A property check: ``should`` says in words what ``got`` should have been."""
     if isinstance(condition, torch.Tensor):
@@ -154,15 +202,17 @@ def no_grad_leak(*tensors: torch.Tensor):
 
 
 def finite_difference(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
-    """Central finite-difference gradient of the scalar ``fn`` at float64 ``x`` (an independent oracle)."""
+    """Central finite-difference gradient of the scalar ``fn`` at float64 ``x`` (an independent oracle). Its
+    probes are not recorded as the test's calls (:func:`oracle_calls`)."""
     x = x.detach().to(torch.float64)
     grad = torch.zeros_like(x)
     flat = grad.view(-1)
-    for i in range(x.numel()):
-        e = torch.zeros_like(x).view(-1)
-        e[i] = h
-        e = e.view_as(x)
-        flat[i] = (float(fn(x + e)) - float(fn(x - e))) / (2 * h)
+    with oracle_calls():
+        for i in range(x.numel()):
+            e = torch.zeros_like(x).view(-1)
+            e[i] = h
+            e = e.view_as(x)
+            flat[i] = (float(fn(x + e)) - float(fn(x - e))) / (2 * h)
     return grad
 
 
@@ -174,4 +224,5 @@ def one_sided_difference(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Te
         y = x.detach().clone()
         y[index] += k * side * h
         return float(fn(y))
-    return side * (-3 * f(0) + 4 * f(1) - f(2)) / (2 * h)
+    with oracle_calls():
+        return side * (-3 * f(0) + 4 * f(1) - f(2)) / (2 * h)

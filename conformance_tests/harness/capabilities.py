@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from rlconform.spec import default_spec, same_value
+from rlconform.spec import DTYPES, default_spec, same_value
 
 from conformance_tests import contract
 from conformance_tests.harness import state
@@ -31,8 +31,7 @@ def capability(name: str, default: Any = None) -> Any:
 
 # What an implementation may declare in ``impl.capabilities`` besides ``errors_name_clauses`` (documented
 # in conformance_tests/contract/__init__.py); the defaults are what the reference does. Undeclared
-# ``dtypes`` means every dtype the suite tests (the reference's), so the reference keeps its half tests.
-DTYPES = ("float16", "bfloat16", "float32", "float64")
+# ``dtypes`` means every dtype the suite tests (the reference's, spec.DTYPES), so the reference keeps its half tests.
 CAPABILITY_DEFAULTS = {"masks": True, "dtypes": list(DTYPES), "differentiable": True,
                        "terminated_truncated": False, "train_dtype": None, "pinned": {}, "steps_itself": {},
                        "conventions_by_clause": {}}

@@ -31,9 +31,20 @@ def np_approx_kl(old: np.ndarray, new: np.ndarray, estimator: str) -> float:
 
 def np_clip_fraction(r: np.ndarray, clip_eps: float, convention_value: str, adv: np.ndarray | None = None) -> float:
     """The share of clipped samples under the clip_fraction convention (active_clips needs the advantages)."""
+    return np_clip_fraction_bounds(r, clip_eps, convention_value, adv)[0]
+
+
+def np_clip_fraction_bounds(r: np.ndarray, clip_eps: float, convention_value: str, adv: np.ndarray | None = None,
+                            band: np.ndarray | float = 0.0) -> tuple[float, float]:
+    """The least and the greatest share of clipped samples when each ratio may sit anywhere within ``band`` of
+    ``r`` (the rounding of the dtype it was computed in): a ratio that close to 1 ± ε counts either way."""
     if convention_value == "ratio_outside":
-        return float(np.mean(np.abs(r - 1.0) > clip_eps))
-    return float(np.mean(((r > 1 + clip_eps) & (adv > 0)) | ((r < 1 - clip_eps) & (adv < 0))))
+        d = np.abs(r - 1.0)
+        return float(np.mean(d - band > clip_eps)), float(np.mean(d + band > clip_eps))
+    up, down = adv > 0, adv < 0
+    surely = ((r - band > 1 + clip_eps) & up) | ((r + band < 1 - clip_eps) & down)
+    maybe = ((r + band > 1 + clip_eps) & up) | ((r - band < 1 - clip_eps) & down)
+    return float(np.mean(surely)), float(np.mean(maybe))
 
 
 def np_critic_penalty(err: np.ndarray, delta: float, huber_conv: str) -> np.ndarray:

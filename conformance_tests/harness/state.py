@@ -7,9 +7,10 @@ writes them as ``state._STATE``..., never through a copy.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -54,6 +55,16 @@ _CALL_LOG: dict[str, Any] = {"fd": None, "path": None}
 
 def reset_calls() -> None:
     _STATE["calls"] = []
+
+
+@contextlib.contextmanager
+def oracle_calls() -> Iterator[None]:
+    """Calls made to compute an expected value (a finite difference probing the operation at float64 points)
+    are the oracle's, not the test's: afterwards the record is as it was, so tolerances follow the dtype of
+    the call under test and failures name it. A call that raises keeps its record: the error is that call's."""
+    saved = (list(_STATE["calls"]), _STATE.get("last_fn"), _STATE["last_result"], _STATE["mutated"])
+    yield
+    _STATE["calls"], _STATE["last_fn"], _STATE["last_result"], _STATE["mutated"] = saved
 
 
 def begin_test(*, clauses: Iterable[str] = (), timeout: float | None = None) -> None:

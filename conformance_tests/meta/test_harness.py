@@ -421,3 +421,30 @@ def test_every_repro_of_a_failing_mutant_runs(mutant, clause):
     assert repros, rep["clauses"]
     for i, snippet in enumerate(repros):
         _run_repro(snippet, f"{mutant} repro {i}")
+
+
+def test_a_finite_difference_leaves_the_record_of_the_call_under_test():
+    """A finite difference probes the operation at float64 points; the tolerance and the failure message must
+    still be those of the call the test made (a bfloat16 call was held to float64's tolerance, and its failure
+    named a float64 probe)."""
+    from conformance_tests import harness
+    impl = reference_impl.make()
+    saved = harness.declared_capabilities()
+    try:
+        harness.set_capabilities(impl.capabilities)
+        harness.begin_test(clauses=["SAC-TEMP-2"])
+        sac = harness.FamilyProxy("sac", impl.sac)
+        h, ht = torch.tensor([5.0], dtype=torch.bfloat16), torch.tensor([0.390625], dtype=torch.bfloat16)
+        la = torch.tensor(0.0, dtype=torch.bfloat16, requires_grad=True)
+        sac.temperature_loss(la, h, ht).backward()
+        before = harness.recorded_calls()
+        fd = harness.finite_difference(lambda x: sac.temperature_loss(x, h, ht), la.detach())
+        assert harness.recorded_calls() == before and len(before) == 1
+        assert harness.input_dtype(*before[-1][1:]) == torch.bfloat16
+        harness.assert_close(la.grad, fd, "SAC-TEMP-2")  # bfloat16 rounds the mean 4.609375 to 4.625
+        named = r"SAC-TEMP-2: sac\.temperature_loss\(0\.0, \[5\.0\], \[0\.390625\]\)"  # not a float64 probe
+        with pytest.raises(pytest.fail.Exception, match=named):
+            harness.assert_close(la.grad, 4.0, "SAC-TEMP-2")
+    finally:
+        harness.set_capabilities(saved)
+        harness.end_test()

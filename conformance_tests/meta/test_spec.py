@@ -92,6 +92,16 @@ def test_tolerance_file_is_schema_checked(tmp_path):
         load_spec(tmp_path)
 
 
+def test_every_tolerance_class_covers_every_declarable_dtype(tmp_path):
+    """A library may declare bfloat16 only: a class without a bfloat16 entry would fail its tests with a
+    SpecError in the suite's own code, so the loader refuses the spec instead."""
+    _write(tmp_path, [_clause()])
+    (tmp_path / "tolerances.yaml").write_text("exact: {}\nstochastic:\n  float64: {rtol: 0.05, atol: 0.05}\n"
+                                              "  float32: {rtol: 0.05, atol: 0.05}\n")
+    with pytest.raises(SpecError, match="tolerance 'stochastic' has no entry for float16, bfloat16"):
+        load_spec(tmp_path)
+
+
 def test_checklist_must_name_known_clauses(tmp_path):
     with pytest.raises(SpecError, match="unknown clause"):
         load_spec(_write(tmp_path, [_clause()], checklist=[{"title": "x", "clauses": ["SAC-NOPE-1"]}]))

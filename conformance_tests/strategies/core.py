@@ -98,8 +98,9 @@ def policies(draw, *, dtype=torch.float64, min_legal: int = 1, eps: float = 1e-8
     zs = np.where(mn, zn - zn.max(-1, keepdims=True), -np.inf)
     e = np.exp(zs - zs.max(-1, keepdims=True))
     p = e / e.sum(-1, keepdims=True)
-    p = np.maximum(p, eps)
-    return torch.tensor(p, dtype=declared_dtype(dtype)), mask
+    dt = declared_dtype(dtype)
+    p = np.maximum(p, harness.prob_floor(eps, dt))  # float16 rounds 1e-8 to 0: SAC-MASK-2's errata
+    return torch.tensor(p, dtype=dt), mask
 
 
 def q_values(shape, *, scale: float = 10.0, dtype=torch.float64):

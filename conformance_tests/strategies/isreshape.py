@@ -6,6 +6,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from conformance_tests.dtypes import fits
 from conformance_tests.strategies.core import declared_dtype
 
 __all__ = ["isr_ratios", "isr_gammas", "isr_taus", "isr_betas", "isr_token_batches"]
@@ -15,10 +16,12 @@ _FINITE = dict(allow_nan=False, allow_infinity=False)
 
 def isr_ratios(*, max_len: int = 8, log_lo: float = -6.0, log_hi: float = 6.0, dtype=torch.float64):
     """A 1-D tensor of importance ratios, log-uniform in [e^log_lo, e^log_hi] (so r = 1 neighbours and
-    far off-policy tokens both appear)."""
-    return hnp.arrays(np.float64, st.integers(1, max_len), elements=st.floats(log_lo, log_hi, **_FINITE)).map(
-        lambda a: torch.tensor(np.exp(a), dtype=declared_dtype(dtype))
-    )
+    far off-policy tokens both appear), within the dtype's range (e^12 is past float16's)."""
+    def ratios(a: np.ndarray) -> torch.Tensor:
+        dt = declared_dtype(dtype)
+        return torch.tensor(fits(np.exp(a), dt), dtype=dt)
+
+    return hnp.arrays(np.float64, st.integers(1, max_len), elements=st.floats(log_lo, log_hi, **_FINITE)).map(ratios)
 
 
 def isr_gammas():

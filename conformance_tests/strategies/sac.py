@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+from conformance_tests.dtypes import prob_floor
 from conformance_tests.harness.device import to_numpy
 from conformance_tests.strategies.core import declared_dtype, float_dtypes
 
@@ -65,8 +66,8 @@ def dyadic_policies(draw, *, max_batch: int = 4, widths=WIDTHS, kinds=ROW_KINDS,
     g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     built = [_row(kind, width, g) for kind in rows]
     dt = declared_dtype(dtype) if dtype else draw(float_dtypes())
-    return (torch.tensor(np.stack([r[0] for r in built]), dtype=dt),
-            torch.tensor(np.stack([r[1] for r in built])))
+    probs = np.maximum(np.stack([r[0] for r in built]), prob_floor(EPS, dt))  # float16 rounds 1e-8 to 0
+    return torch.tensor(probs, dtype=dt), torch.tensor(np.stack([r[1] for r in built]))
 
 
 @st.composite
@@ -82,8 +83,9 @@ def float32_policies(draw, *, max_batch: int = 4, widths=WIDTHS):
     legal[np.arange(batch), g.integers(width, size=batch)] = True
     z = np.where(legal, scales * g.standard_normal((batch, width)), -np.inf)
     e = np.exp(z - z.max(-1, keepdims=True))
-    probs = np.maximum((e / e.sum(-1, keepdims=True)).astype(np.float32), np.float32(EPS))
-    return torch.tensor(probs, dtype=declared_dtype(torch.float32)), torch.tensor(legal)
+    dt = declared_dtype(torch.float32)
+    probs = np.maximum((e / e.sum(-1, keepdims=True)).astype(np.float32), np.float32(prob_floor(EPS, dt)))
+    return torch.tensor(probs, dtype=dt), torch.tensor(legal)
 
 
 @st.composite

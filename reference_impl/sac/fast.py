@@ -15,7 +15,7 @@ from reference_impl import _checks
 from reference_impl._dtypes import promoted
 from reference_impl._fused import with_gradients
 from reference_impl.sac.backup import _check_top_p, _min_q, _select, blocked, by_blocks
-from reference_impl.sac.masking import PROB_EPS
+from reference_impl.sac.masking import PROB_EPS, prob_clip
 
 
 # ----------------------------------------------------------------------------- masks and blocks
@@ -47,7 +47,7 @@ def masked_softmax_fast(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: 
     Implements: SAC-MASK-1, SAC-MASK-2.
     """
     push_down = mask_ops(legal_mask, logits)[1]
-    return torch.softmax(push_down(logits), dim=-1).clamp_min(max(eps, torch.finfo(logits.dtype).tiny))
+    return torch.softmax(push_down(logits), dim=-1).clamp_min(prob_clip(eps, logits.dtype))
 
 
 def row_blocks(like: torch.Tensor, *, itemsize: int = 4, block_bytes: int = 1 << 20) -> list[slice]:

@@ -14,6 +14,14 @@ def _fill_value(dtype: torch.dtype) -> float:
     return max(MASK_FILL, torch.finfo(dtype).min)
 
 
+def prob_clip(eps: float, dtype: torch.dtype) -> float:
+    """SAC-MASK-2's ε as ``dtype`` holds it: ε, or the dtype's smallest positive value where ε would round to 0
+    (1e-8 in float16: 6e-8), so every log stays finite and the clip raises legal probabilities as little as the
+    dtype allows (the errata of SAC-MASK-2)."""
+    info = torch.finfo(dtype)
+    return max(eps, info.smallest_normal * info.eps)  # the smallest subnormal
+
+
 def masked_softmax(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: float = PROB_EPS) -> torch.Tensor:
     r"""Stable masked policy: shift, fill illegal logits, softmax, ε-clip.
 
@@ -31,8 +39,7 @@ def masked_softmax(logits: torch.Tensor, legal_mask: torch.Tensor, *, eps: float
     row_max = logits.masked_fill(~legal_mask, torch.finfo(logits.dtype).min).max(dim=-1, keepdim=True).values
     shifted = logits - row_max
     masked = shifted.masked_fill(~legal_mask, _fill_value(logits.dtype))  # SAC-MASK-1 fill
-    # SAC-MASK-2: the caller's eps, raised only where it would round to 0 in the dtype (float16)
-    return torch.softmax(masked, dim=-1).clamp_min(max(eps, torch.finfo(logits.dtype).tiny))
+    return torch.softmax(masked, dim=-1).clamp_min(prob_clip(eps, logits.dtype))  # SAC-MASK-2
 
 
 def legal_set(
