@@ -19,7 +19,9 @@ The other capabilities (defaults: what the reference does):
   whose point is an illegal action or a mask boundary are not applicable.
 * ``dtypes: list[str]`` (of "float16", "bfloat16", "float32", "float64"; default all four). The
   strategies draw only declared dtypes, fixed-input tests use the widest declared one, tolerances follow
-  the declared input dtype, and a test about an undeclared dtype is not applicable.
+  the declared input dtype, and a test about an undeclared dtype is not applicable. A half-precision dtype
+  alone is a whole declaration: its inputs fit its range (float16 tops out at 65504, and its clipped
+  probabilities are at least 6e-8, see SAC-MASK-2), and an answer past the range may overflow.
 * ``differentiable: bool | list[str] = True``. False, or a list of op names ("ppo.value_loss") that
   leaves an op out: gradient checks on that op's outputs are not applicable; values are still checked.
 * ``terminated_truncated: bool = False``. True: the operations whose contract names a ``truncated=``
