@@ -194,6 +194,7 @@ def call_op(fn: Callable, name: str, args: tuple, kwargs: dict, *, wrap_errors: 
         fail(_clause_tag(), f"{name} left {', '.join(changed)}", "every process-wide setting as the call found it",
              "later calls, the caller's training loop included, would run under the changed setting")
     _check_result_type(name, out)
+    _check_result_device(name, handed_args, handed_kwargs, out)
     _check_outputs(name, out)
     for position, (arg_name, h) in enumerate(zip(names, handed)):
         where = arg_name in before and _changed(_fingerprint(h), before[arg_name], arg_name)
@@ -223,6 +224,13 @@ def _flushes_denormals() -> bool:
 # Process-wide settings an operation could change and leave for every later call: (read, restore).
 _SETTINGS = {
     "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "deterministic algorithms": (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+    "the float32 matmul precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+    "TF32 matmuls on CUDA": (lambda: torch.backends.cuda.matmul.allow_tf32,
+                             lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+    "cuDNN's TF32": (lambda: torch.backends.cudnn.allow_tf32, lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+    "cuDNN benchmarking": (lambda: torch.backends.cudnn.benchmark,
+                           lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
     "the default dtype": (torch.get_default_dtype, torch.set_default_dtype),
     "anomaly detection": (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
     "denormal flushing": (_flushes_denormals, torch.set_flush_denormal),
@@ -279,6 +287,35 @@ def _check_result_type(name: str, out: Any) -> None:
     if wrong:
         fail(_clause_tag(), f"{name} returned {wrong}", f"{ret}, the contract's return type",
              f"The contract: {name} {contract_return(name)}")
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
+def _result_tensors(out: Any):
+    """(where, tensor) for every tensor a result (or the arguments) holds, a network's parameters and buffers
+    included."""
+    for where, v in named_leaves(out):
+        if isinstance(v, torch.nn.Module):
+            yield from ((f"{where}.{n}", t) for n, t in [*v.named_parameters(), *v.named_buffers()])
+        elif isinstance(v, torch.Tensor):
+            yield where, v
+
+
+def _check_result_device(name: str, args: tuple, kwargs: dict, out: Any) -> None:
+    """A result stays on the device of its inputs: one that comes back on the host passes every value test, and
+    breaks the caller's next operation on the GPU ("Expected all tensors to be on the same device") or costs a
+    host sync per call. Checked when the inputs were on the audited device and it is not the CPU."""
+    dev = torch.device(state.session_device())
+    if dev.type == "cpu" or not any(_same_device(t.device, dev) for _, t in _result_tensors((args, kwargs))):
+        return
+    off = [(w, t.device) for w, t in _result_tensors(out) if not _same_device(t.device, dev)]
+    if off:
+        where, got = off[0]
+        fail(_clause_tag(), f"result{where or ''} on {got}", f"on {dev}, the device of its inputs",
+             f"{name} moved {len(off)} result tensor(s) off the device; the caller's next operation on {dev} "
+             "would raise or wait for a copy")
 
 
 def _check_outputs(name: str, out: Any) -> None:

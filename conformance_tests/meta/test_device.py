@@ -290,3 +290,24 @@ def test_the_ccapo_update_shuffles_on_its_generators_device(sim):
     with simdevice.implementation_call():
         recs = ccapo_update(policy, ref, opt, batch, epochs=2, minibatch_size=2, generator=gen)
     assert [(r["epoch"], r["minibatch"]) for r in recs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+# ----------------------------------------------------------------------------- where a result lives
+def results_on_the_host():
+    """The reference, but ``sac.td_target`` and ``sac.init_target`` hand their results back on the host (a
+    ``.cpu()`` at the end, a target network built on the CPU): right values, wrong device."""
+    impl = reference_impl.make()
+    td, init = impl.sac.td_target, impl.sac.init_target
+    sac = types.SimpleNamespace(**{**vars(impl.sac), "td_target": lambda *a, **k: td(*a, **k).cpu(),
+                                   "init_target": lambda *a, **k: init(*a, **k).cpu()})
+    return types.SimpleNamespace(**{**vars(impl), "sac": sac})
+
+
+@pytest.mark.parametrize("clause", ["SAC-TD-1", "SAC-TARGET-2"])
+def test_a_result_moved_off_the_device_fails_under_the_simulation(clause):
+    """Every value test passes a result on the host, which breaks the caller's next operation on the GPU: the
+    call wrapper fails it, naming the op, under sim as on a real GPU."""
+    report = clause_report(run_suite("conformance_tests.meta.test_device:results_on_the_host", device=simdevice.NAME,
+                                     clauses=[clause]))
+    (c,) = report["clauses"]
+    assert c["status"] == "fail" and "off the device" in c["message"], c.get("message")

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import types
 from pathlib import Path
 
 import numpy as np
@@ -446,5 +447,32 @@ def test_a_finite_difference_leaves_the_record_of_the_call_under_test():
         with pytest.raises(pytest.fail.Exception, match=named):
             harness.assert_close(la.grad, 4.0, "SAC-TEMP-2")
     finally:
+        harness.set_capabilities(saved)
+        harness.end_test()
+
+
+def test_an_op_that_turns_tf32_on_fails_and_the_setting_is_put_back():
+    """TF32 (or cuDNN benchmarking, deterministic algorithms, the float32 matmul precision) switched on inside an
+    op changes every later float32 matmul of the caller's process: the op's own clause fails and the setting is
+    restored, on any device."""
+    from conformance_tests import harness
+    impl = reference_impl.make()
+    ratio = impl.ppo.ratio
+
+    def tf32_ratio(new, old):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        return ratio(new, old)
+
+    saved, before = harness.declared_capabilities(), torch.backends.cuda.matmul.allow_tf32
+    try:
+        harness.set_capabilities(impl.capabilities)
+        harness.begin_test(clauses=["PPO-RATIO-1"])
+        ppo = harness.FamilyProxy("ppo", types.SimpleNamespace(ratio=tf32_ratio))
+        # torch ties the two: TF32 on is the float32 matmul precision 'high'
+        with pytest.raises(pytest.fail.Exception, match=r"ppo\.ratio left (TF32|the float32 matmul precision 'high')"):
+            ppo.ratio(torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64))
+        assert torch.backends.cuda.matmul.allow_tf32 == before
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
         harness.set_capabilities(saved)
         harness.end_test()
