@@ -30,6 +30,7 @@ from conformance_tests.harness import (
     np_standardise,
     on_device,
     require_dtype,
+    slack,
     to_numpy,
     tolerance,
     working_dtype,
@@ -102,7 +103,8 @@ def test_k3_kl_is_mean_r_minus_1_minus_log_r_and_non_negative(ppo, pair):
     lr = to_numpy(new) - to_numpy(old)
     got = ppo.k3_kl(old, new)
     assert_close(got, np.mean(np.expm1(lr) - lr), "PPO-KL-2")
-    assert_that(float(got) >= 0.0, "PPO-KL-2", got, "a non-negative estimate")
+    # (r - 1) - log r as written rounds to a hair below 0 at tiny log-ratios (-1e-8 in float32): within the tolerance
+    assert_that(float(got) >= -float(slack("PPO-KL-2", 0.0)), "PPO-KL-2", got, "a non-negative estimate")
 
 
 @pytest.mark.clause("PPO-KL-2")
