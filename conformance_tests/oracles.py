@@ -29,7 +29,7 @@ def ratio_band(r: np.ndarray, new: np.ndarray, old: np.ndarray, machine_eps: flo
 
 def torch_masked_probs(z: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """SAC-MASK-2's masked, ε-clipped softmax in torch primitives written here, for tests that differentiate
-    through the probabilities they hand an operation; the clip as the dtype holds it (float16: its smallest normal)."""
+    through the probabilities they hand an operation; the clip as the dtype holds it (:func:`dtypes.prob_floor`)."""
     zz = torch.where(mask, z, torch.full_like(z, fits(-1e9, z.dtype)))
     return torch.softmax(zz - zz.max(-1, keepdim=True).values, -1).clamp_min(prob_floor(eps, z.dtype))
 
